@@ -1,0 +1,48 @@
+"""Compiling generated source: written to a file in the cache directory and imported, so
+that numba's on-disk cache (keyed by file) keeps the machine code across processes."""
+import hashlib
+import importlib.util
+import os
+import pathlib
+import sys
+import tempfile
+import threading
+
+import numba
+
+_RUNTIME = pathlib.Path(__file__).with_name("runtime.py")
+_lock = threading.Lock()
+
+
+def cache_dir():
+    """`$RECJIT_CACHE_DIR`, else `~/.cache/recjit`."""
+    root = os.environ.get("RECJIT_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "recjit")
+    path = pathlib.Path(root) / "kernels"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def source_digest(source):
+    runtime = _RUNTIME.read_bytes()
+    digest = hashlib.sha256(source.encode() + runtime + numba.__version__.encode())
+    return digest.hexdigest()[:20]
+
+
+def load_function(source, name):
+    """Import `source` as a module from the cache directory and return its function `name`."""
+    module_name = f"recjit_generated_{name}_{source_digest(source)}"
+    with _lock:
+        if module_name in sys.modules:
+            return getattr(sys.modules[module_name], name)
+        path = cache_dir() / f"{module_name}.py"
+        if not path.exists():
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
+                                             delete=False) as handle:
+                handle.write(source)
+            os.replace(handle.name, path)
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sys.modules[module_name] = module
+        return getattr(module, name)

@@ -1,0 +1,38 @@
+"""The errors recjit raises. Every failure a user can cause is one of these, never a traceback
+from inside the compiler or a numba typing error."""
+
+
+class RecJitError(Exception):
+    """Base class of every error recjit raises on purpose."""
+
+
+class SourceLocated(RecJitError):
+    """An error that points at a line of the user's cell function."""
+
+    def __init__(self, message, filename=None, lineno=None, expression=None):
+        self.filename = filename
+        self.lineno = lineno
+        self.expression = expression
+        where = f"{filename}:{lineno}: " if filename and lineno else ""
+        what = f"\n    {expression}" if expression else ""
+        super().__init__(f"{where}{message}{what}")
+
+
+class RecursionPropertyError(SourceLocated):
+    """The recursion cannot be turned into loops: it breaks P.1, P.2 or P.3 (Cortex §2)."""
+
+    def __init__(self, prop, message, filename=None, lineno=None, expression=None):
+        self.property = prop
+        super().__init__(f"{prop} violated: {message}", filename, lineno, expression)
+
+
+class UnsupportedError(SourceLocated):
+    """The cell function uses a construct outside the cell language (DESIGN §1)."""
+
+
+class InputError(RecJitError):
+    """A forest, field or parameter that the model cannot run on; names the culprit."""
+
+
+class ShapeError(SourceLocated, InputError):
+    """A parameter or field whose shape does not fit the operation on the named line."""

@@ -1,0 +1,590 @@
+"""From the cell function's AST to the cell IR, one structural case at a time.
+
+The function is executed abstractly with the case fixed (a leaf, or an internal node with k
+children): `node.is_leaf` and `node.num_children` are then known constants, so every branch and
+every loop over the children resolves statically, and only tensor operations remain. Shapes come
+from the actual parameters and fields, so a shape error names the user's line."""
+import ast
+import builtins
+
+import numpy as np
+
+from .. import ops
+from ..errors import InputError, ShapeError, UnsupportedError
+from .cell_ir import CellCase, CellIR, Op
+from .names import UNRESOLVED, is_plain_function, resolve
+from .source import read_source
+
+MAX_INLINE_DEPTH = 20
+BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
+PYTHON_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+                    ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
+                    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+COMPARISONS = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+               ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+               ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+
+
+class Tensor:
+    """A value of the case being built."""
+
+    def __init__(self, index, shape):
+        self.index = index
+        self.shape = shape
+
+
+class NodeView:
+    def __init__(self, child=None):
+        self.child = child  # None: the node itself; k: its k-th child
+
+
+class ChildrenView:
+    pass
+
+
+class ParamsView:
+    pass
+
+
+class ParamArray:
+    def __init__(self, name, array):
+        self.name = name
+        self.array = array
+
+
+class NodeField:
+    """An integer per-node field (`node.word`): usable as a gather index."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class _Return(Exception):
+    def __init__(self, value):
+        self.value = value
+
+
+class CaseBuilder:
+    """Builds one structural case by abstract execution of the function's statements."""
+
+    def __init__(self, model, params, field_specs, num_children, state):
+        self.model = model
+        self.params = params
+        self.field_specs = field_specs
+        self.num_children = num_children
+        self.state = state  # (shapes, is_tuple) of the leaf case, for recursive calls
+        self.ops = []
+        self.memo = {}
+        self.gathers = set()
+
+    # values ----------------------------------------------------------------------------
+    def emit(self, kind, args, attrs, shape, line):
+        key = (kind, args, attrs)
+        if key not in self.memo:
+            self.memo[key] = len(self.ops)
+            self.ops.append(Op(kind, args, attrs, tuple(shape), line))
+        index = self.memo[key]
+        return Tensor(index, self.ops[index].shape)
+
+    def tensor(self, value, source, node):
+        if isinstance(value, Tensor):
+            return value
+        if isinstance(value, ParamArray):
+            return self.emit("param", (), (value.name,), value.array.shape, source.lineno(node))
+        if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            return self.emit("const", (), (float(value),), (), source.lineno(node))
+        raise UnsupportedError(f"{_describe(value)} cannot be used as a tensor here",
+                               **source.where(node))
+
+    # running the function --------------------------------------------------------------
+    def call(self, source, env, depth=0):
+        interpreter = Interpreter(self, source, depth)
+        try:
+            interpreter.run_body(source.tree.body, env)
+        except _Return as returned:
+            return returned.value
+        raise UnsupportedError(f"the cell function returns nothing for a "
+                               f"{self.case_name} node", filename=source.filename,
+                               lineno=source.lineno(source.tree))
+
+    @property
+    def case_name(self):
+        return "leaf" if self.num_children == 0 else f"{self.num_children}-child"
+
+
+class Interpreter:
+    def __init__(self, builder, source, depth):
+        self.builder = builder
+        self.source = source
+        self.depth = depth
+
+    def unsupported(self, message, node):
+        return UnsupportedError(message, **self.source.where(node))
+
+    def shape_error(self, message, node):
+        return ShapeError(message, **self.source.where(node))
+
+    # statements ------------------------------------------------------------------------
+    def run_body(self, body, env):
+        for statement in body:
+            self.statement(statement, env)
+
+    def statement(self, node, env):
+        if isinstance(node, ast.Assign):
+            value = self.expr(node.value, env)
+            for target in node.targets:
+                self.bind(target, value, env)
+        elif isinstance(node, ast.AugAssign):
+            current = self.expr(node.target, env)
+            value = self.binary(node.op, current, self.expr(node.value, env), node)
+            self.bind(node.target, value, env)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.bind(node.target, self.expr(node.value, env), env)
+        elif isinstance(node, ast.Return):
+            raise _Return(self.expr(node.value, env) if node.value is not None else None)
+        elif isinstance(node, ast.If):
+            branch = node.body if self.concrete_bool(node.test, env) else node.orelse
+            self.run_body(branch, env)
+        elif isinstance(node, ast.For):
+            for element in self.iterate(node.iter, env):
+                self.bind(node.target, element, env)
+                self.run_body(node.body, env)
+            self.run_body(node.orelse, env)
+        elif isinstance(node, ast.Expr):
+            if not isinstance(node.value, ast.Constant):
+                self.expr(node.value, env)
+        elif not isinstance(node, ast.Pass):
+            raise self.unsupported(f"`{type(node).__name__}` statements are not part of the "
+                                   "cell language", node)
+
+    def bind(self, target, value, env):
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+                raise self.unsupported(f"cannot unpack {_describe(value)} into "
+                                       f"{len(target.elts)} names", target)
+            for element, item in zip(target.elts, value):
+                self.bind(element, item, env)
+        else:
+            raise self.unsupported("only names and tuples of names can be assigned", target)
+
+    def concrete_bool(self, test, env):
+        value = self.expr(test, env)
+        if isinstance(value, (bool, int, np.bool_)):
+            return bool(value)
+        raise self.unsupported("a condition must be decided by the node's structure "
+                               "(node.is_leaf, node.num_children); branching on a field "
+                               "value is not compiled", test)
+
+    def iterate(self, node, env):
+        value = self.expr(node, env)
+        if isinstance(value, ChildrenView):
+            return [NodeView(k) for k in range(self.builder.num_children)]
+        if isinstance(value, (tuple, list, range)):
+            return list(value)
+        raise self.unsupported(f"cannot loop over {_describe(value)}", node)
+
+    # expressions -----------------------------------------------------------------------
+    def expr(self, node, env):
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise self.unsupported(f"`{type(node).__name__}` expressions are not part of the "
+                                   "cell language", node)
+        return method(node, env)
+
+    def expr_Constant(self, node, env):
+        if isinstance(node.value, (bool, int, float)) or node.value is None:
+            return node.value
+        raise self.unsupported(f"constant {node.value!r} is not a number", node)
+
+    def expr_Name(self, node, env):
+        if node.id in env:
+            return env[node.id]
+        value = resolve(self.source, node)
+        if value is UNRESOLVED:
+            raise self.unsupported(f"name {node.id!r} is not defined", node)
+        return value
+
+    def expr_Tuple(self, node, env):
+        return tuple(self.expr(element, env) for element in node.elts)
+
+    def expr_List(self, node, env):
+        return [self.expr(element, env) for element in node.elts]
+
+    def expr_Attribute(self, node, env):
+        base = self.expr(node.value, env)
+        builder = self.builder
+        if isinstance(base, NodeView):
+            return self.node_attribute(base, node, env)
+        if isinstance(base, ParamsView):
+            array = getattr(builder.params, node.attr, None)
+            if array is None:
+                raise InputError(f"parameter {node.attr!r} is missing from the parameters "
+                                 f"(read at {self.source.filename}:{self.source.lineno(node)})")
+            array = np.asarray(array)
+            if array.dtype.kind != "f":
+                raise InputError(f"parameter {node.attr!r} has dtype {array.dtype}; parameters "
+                                 f"must be float32 or float64 arrays")
+            return ParamArray(node.attr, array)
+        if isinstance(base, (Tensor, ParamArray)):
+            raise self.unsupported(f"tensor attribute `.{node.attr}` is not part of the cell "
+                                   "language", node)
+        value = getattr(base, node.attr, UNRESOLVED)
+        if value is UNRESOLVED:
+            raise self.unsupported(f"{_describe(base)} has no attribute {node.attr!r}", node)
+        return value
+
+    def node_attribute(self, view, node, env):
+        num_children = self.builder.num_children
+        if view.child is not None:
+            raise self.unsupported("a cell may read its own node's fields, not a child's; "
+                                   "pass what the parent needs through the child's state", node)
+        if node.attr == "is_leaf":
+            return num_children == 0
+        if node.attr == "num_children":
+            return num_children
+        if node.attr in ("left", "right"):
+            child = 0 if node.attr == "left" else 1
+            if child >= num_children:
+                raise self.unsupported(f"node.{node.attr} on a node with {num_children} "
+                                       f"children (is the {self.builder.case_name} case "
+                                       f"handled before it?)", node)
+            return NodeView(child)
+        if node.attr == "children":
+            return ChildrenView()
+        spec = self.builder.field_specs.get(node.attr)
+        if spec is None:
+            raise InputError(f"the forest has no field {node.attr!r} (read at "
+                             f"{self.source.filename}:{self.source.lineno(node)}); its fields "
+                             f"are {sorted(self.builder.field_specs)}")
+        shape, dtype = spec
+        if shape == ():
+            if np.dtype(dtype).kind not in "iu":
+                raise self.unsupported(f"scalar field {node.attr!r} must hold integers "
+                                       "(indices); vector fields hold data", node)
+            return NodeField(node.attr)
+        return self.builder.emit("field", (), (node.attr,), shape, self.source.lineno(node))
+
+    def expr_Subscript(self, node, env):
+        base = self.expr(node.value, env)
+        if isinstance(node.slice, ast.Slice):
+            return self.slice(base, node, env)
+        index = self.expr(node.slice, env)
+        if isinstance(base, ChildrenView):
+            if not isinstance(index, int) or not 0 <= index < self.builder.num_children:
+                raise self.unsupported(f"node.children[{index!r}] on a node with "
+                                       f"{self.builder.num_children} children", node)
+            return NodeView(index)
+        if isinstance(base, ParamArray) and isinstance(index, NodeField):
+            if base.array.ndim == 0:
+                raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "
+                                       "indexed by a field", node)
+            self.builder.gathers.add((base.name, index.name))
+            return self.builder.emit("gather", (), (base.name, index.name),
+                                     base.array.shape[1:], self.source.lineno(node))
+        if isinstance(base, (tuple, list)) and isinstance(index, int):
+            return base[index]
+        raise self.unsupported(f"indexing {_describe(base)} by {_describe(index)} is not "
+                               "part of the cell language (gather a parameter row by a node "
+                               "field, or slice a vector)", node)
+
+    def slice(self, base, node, env):
+        tensor = self.builder.tensor(base, self.source, node)
+        bounds = node.slice
+        start = 0 if bounds.lower is None else self.expr(bounds.lower, env)
+        stop = tensor.shape[0] if tensor.shape and bounds.upper is None else (
+            None if bounds.upper is None else self.expr(bounds.upper, env))
+        if bounds.step is not None or len(tensor.shape) != 1 or not (
+                isinstance(start, int) and isinstance(stop, int)):
+            raise self.unsupported("only vectors can be sliced, with constant bounds and no "
+                                   "step", node)
+        length = tensor.shape[0]
+        start, stop, _ = slice(start, stop).indices(length)
+        if stop <= start:
+            raise self.shape_error(f"the slice is empty for a vector of length {length}", node)
+        return self.builder.emit("slice", (tensor.index,), (start, stop), (stop - start,),
+                                 self.source.lineno(node))
+
+    def expr_BinOp(self, node, env):
+        return self.binary(node.op, self.expr(node.left, env), self.expr(node.right, env), node)
+
+    def binary(self, operator, left, right, node):
+        if _is_number(left) and _is_number(right) and type(operator) in PYTHON_OPERATORS:
+            return PYTHON_OPERATORS[type(operator)](left, right)
+        line = self.source.lineno(node)
+        if isinstance(operator, ast.MatMult):
+            return self.matmul(left, right, node)
+        if type(operator) not in BINARY_OPERATORS:
+            raise self.unsupported(f"operator `{type(operator).__name__}` is not part of the "
+                                   "cell language", node)
+        return self.elementwise("binary", BINARY_OPERATORS[type(operator)], left, right, node,
+                                line)
+
+    def elementwise(self, kind, function, left, right, node, line):
+        left = self.builder.tensor(left, self.source, node)
+        right = self.builder.tensor(right, self.source, node)
+        if left.shape != right.shape and left.shape != () and right.shape != ():
+            raise self.shape_error(f"shapes {left.shape} and {right.shape} do not match in "
+                                   f"`{function}`", node)
+        shape = left.shape if left.shape != () else right.shape
+        return self.builder.emit(kind, (left.index, right.index), (function,), shape, line)
+
+    def matmul(self, left, right, node):
+        left = self.builder.tensor(left, self.source, node)
+        right = self.builder.tensor(right, self.source, node)
+        line = self.source.lineno(node)
+        if len(left.shape) != 2 or len(right.shape) not in (1, 2):
+            raise self.shape_error(f"`@` needs a matrix on the left and a vector or matrix on "
+                                   f"the right, not shapes {left.shape} and {right.shape}", node)
+        if left.shape[1] != right.shape[0]:
+            raise self.shape_error(f"`@` of shapes {left.shape} and {right.shape}: inner "
+                                   "dimensions differ", node)
+        if len(right.shape) == 1:
+            return self.builder.emit("matvec", (left.index, right.index), (),
+                                     (left.shape[0],), line)
+        return self.builder.emit("matmul", (left.index, right.index), (),
+                                 (left.shape[0], right.shape[1]), line)
+
+    def expr_UnaryOp(self, node, env):
+        operand = self.expr(node.operand, env)
+        if isinstance(node.op, ast.Not) and isinstance(operand, (bool, int)):
+            return not operand
+        if _is_number(operand) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -operand if isinstance(node.op, ast.USub) else operand
+        if isinstance(node.op, ast.UAdd):
+            return self.builder.tensor(operand, self.source, node)
+        if isinstance(node.op, ast.USub):
+            tensor = self.builder.tensor(operand, self.source, node)
+            return self.builder.emit("unary", (tensor.index,), ("neg",), tensor.shape,
+                                     self.source.lineno(node))
+        raise self.unsupported(f"operator `{type(node.op).__name__}` on {_describe(operand)}",
+                               node)
+
+    def expr_Compare(self, node, env):
+        left = self.expr(node.left, env)
+        result = True
+        for operator, comparator in zip(node.ops, node.comparators):
+            right = self.expr(comparator, env)
+            if not (_is_number(left) and _is_number(right)) or type(operator) not in COMPARISONS:
+                raise self.unsupported("only the node's structure (numbers known at compile "
+                                       "time) can be compared", node)
+            result = result and COMPARISONS[type(operator)](left, right)
+            left = right
+        return result
+
+    def expr_BoolOp(self, node, env):
+        values = [self.concrete_bool(value, env) for value in node.values]
+        return all(values) if isinstance(node.op, ast.And) else any(values)
+
+    def expr_IfExp(self, node, env):
+        return self.expr(node.body if self.concrete_bool(node.test, env) else node.orelse, env)
+
+    def expr_GeneratorExp(self, node, env):
+        results = []
+        self.comprehend(node, node.generators, dict(env), results)
+        return results
+
+    expr_ListComp = expr_GeneratorExp
+
+    def comprehend(self, node, generators, env, results):
+        if not generators:
+            results.append(self.expr(node.elt, env))
+            return
+        generator = generators[0]
+        for element in self.iterate(generator.iter, env):
+            self.bind(generator.target, element, env)
+            if all(self.concrete_bool(test, env) for test in generator.ifs):
+                self.comprehend(node, generators[1:], env, results)
+
+    def expr_Call(self, node, env):
+        function = self.expr(node.func, env)
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.unsupported("`*args` in a call is not part of the cell language", node)
+        arguments = [self.expr(a, env) for a in node.args]
+        keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
+        model = self.builder.model
+        if function is model or function is getattr(model, "function", None):
+            return self.recursive_call(arguments, node)
+        line = self.source.lineno(node)
+        if function in ops.UNARY and len(arguments) == 1 and not keywords:
+            tensor = self.builder.tensor(arguments[0], self.source, node)
+            return self.builder.emit("unary", (tensor.index,), (ops.UNARY[function],),
+                                     tensor.shape, line)
+        if function in ops.BINARY and len(arguments) == 2 and not keywords:
+            return self.elementwise("binary", ops.BINARY[function], *arguments, node, line)
+        if function is ops.split:
+            return self.split(arguments, keywords, node)
+        if function is ops.concat:
+            return self.concat(arguments, keywords, node)
+        if function in (ops.zeros, ops.ones):
+            return self.fill(0.0 if function is ops.zeros else 1.0, arguments, keywords, node)
+        if function is builtins.sum:
+            return self.sum(arguments, keywords, node)
+        if function in (builtins.range, builtins.len, builtins.tuple, builtins.list):
+            if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
+                raise self.unsupported(f"`{function.__name__}` of a tensor", node)
+            return function(*arguments, **keywords)
+        if is_plain_function(function) and not _from_library(function):
+            return self.inline(function, arguments, keywords, node)
+        raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
+                               "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
+                               "rj.maximum, rj.minimum, rj.split, rj.concat, rj.zeros, "
+                               "rj.ones, sum, or a helper function)", node)
+
+    def recursive_call(self, arguments, node):
+        if len(arguments) != 2 or not isinstance(arguments[1], ParamsView):
+            raise self.unsupported("a recursive call must pass the parameters on unchanged: "
+                                   "cell(child, p)", node)
+        child = arguments[0]
+        if not isinstance(child, NodeView) or child.child is None:
+            raise self.unsupported("a recursive call must take a child of the node", node)
+        shapes, is_tuple = self.builder.state
+        line = self.source.lineno(node)
+        states = tuple(self.builder.emit("child_state", (), (child.child, component), shape, line)
+                       for component, shape in enumerate(shapes))
+        return states if is_tuple else states[0]
+
+    def split(self, arguments, keywords, node):
+        if len(arguments) != 2 or keywords or not isinstance(arguments[1], int):
+            raise self.unsupported("rj.split takes a vector and a constant number of parts",
+                                   node)
+        tensor = self.builder.tensor(arguments[0], self.source, node)
+        parts = arguments[1]
+        if len(tensor.shape) != 1 or parts < 1 or tensor.shape[0] % parts:
+            raise self.shape_error(f"cannot split shape {tensor.shape} into {parts} equal "
+                                   "parts", node)
+        width = tensor.shape[0] // parts
+        line = self.source.lineno(node)
+        return tuple(self.builder.emit("slice", (tensor.index,), (k * width, (k + 1) * width),
+                                       (width,), line) for k in range(parts))
+
+    def concat(self, arguments, keywords, node):
+        if len(arguments) != 1 or keywords or not isinstance(arguments[0], (tuple, list)):
+            raise self.unsupported("rj.concat takes one list of vectors", node)
+        parts = [self.builder.tensor(a, self.source, node) for a in arguments[0]]
+        if not parts or any(len(p.shape) != 1 for p in parts):
+            raise self.shape_error("rj.concat joins one or more vectors", node)
+        return self.builder.emit("concat", tuple(p.index for p in parts), (),
+                                 (sum(p.shape[0] for p in parts),), self.source.lineno(node))
+
+    def fill(self, value, arguments, keywords, node):
+        shape = arguments[0] if len(arguments) == 1 and not keywords else None
+        shape = (shape,) if isinstance(shape, int) else shape
+        if not isinstance(shape, tuple) or not all(isinstance(e, int) and e > 0 for e in shape):
+            raise self.unsupported("rj.zeros/rj.ones take a constant shape", node)
+        return self.builder.emit("fill", (), (value,), shape, self.source.lineno(node))
+
+    def sum(self, arguments, keywords, node):
+        if len(arguments) not in (1, 2) or keywords or not isinstance(arguments[0], (list, tuple)):
+            raise self.unsupported("sum takes a generator or list of tensors", node)
+        items = list(arguments[0])
+        total = arguments[1] if len(arguments) == 2 else 0
+        for item in items:
+            total = self.binary(ast.Add(), total, item, node)
+        return total
+
+    def inline(self, function, arguments, keywords, node):
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
+        source = read_source(function)
+        signature = source.tree.args
+        names = [a.arg for a in signature.args]
+        if len(arguments) > len(names) or signature.vararg or signature.kwarg:
+            raise self.unsupported(f"helper {function.__name__} is called with more arguments "
+                                   "than it takes", node)
+        env = dict(zip(names, arguments))
+        defaults = function.__defaults__ or ()
+        for name, default in zip(names[len(names) - len(defaults):], defaults):
+            env.setdefault(name, default)
+        for name, value in keywords.items():
+            if name not in names:
+                raise self.unsupported(f"helper {function.__name__} has no argument {name!r}",
+                                       node)
+            env[name] = value
+        missing = [name for name in names if name not in env]
+        if missing:
+            raise self.unsupported(f"helper {function.__name__} is missing arguments {missing}",
+                                   node)
+        return self.builder.call(source, env, self.depth + 1)
+
+
+def _is_number(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _from_library(function):
+    module = getattr(function, "__module__", "") or ""
+    return module.split(".")[0] in ("recjit", "numpy", "builtins", "math")
+
+
+def _describe(value):
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {value.shape}"
+    if isinstance(value, NodeView):
+        return "a node" if value.child is None else f"child {value.child}"
+    if isinstance(value, ChildrenView):
+        return "node.children"
+    if isinstance(value, ParamsView):
+        return "the parameters"
+    if isinstance(value, ParamArray):
+        return f"parameter {value.name!r}"
+    if isinstance(value, NodeField):
+        return f"field {value.name!r}"
+    if callable(value):
+        return getattr(value, "__qualname__", repr(value))
+    return repr(value)
+
+
+def build_cell_ir(model, source, params, field_specs, arity):
+    """Specialise the cell to each structural case (a leaf, an internal node with `arity`
+    children) and infer every shape from `params` and the forest's `field_specs`."""
+    arguments = [a.arg for a in source.tree.args.args]
+    if len(arguments) != 2:
+        raise UnsupportedError("context arguments after the parameters are not compiled yet; "
+                               "the compiled cell takes (node, p)", filename=source.filename,
+                               lineno=source.lineno(source.tree))
+    cases, outputs = [], []
+    state = None
+    for num_children in (0, arity):
+        builder = CaseBuilder(model, params, field_specs, num_children, state)
+        env = {arguments[0]: NodeView(), arguments[1]: ParamsView()}
+        returned = builder.call(source, env)
+        is_tuple = isinstance(returned, tuple)
+        values = returned if is_tuple else (returned,)
+        where = {"filename": source.filename, "lineno": source.lineno(source.tree)}
+        tensors = []
+        for value in values:
+            if isinstance(value, (tuple, list)) or value is None:
+                raise UnsupportedError("a cell returns a tensor or a flat tuple of tensors",
+                                       **where)
+            tensors.append(builder.tensor(value, source, source.tree))
+        shapes = tuple(t.shape for t in tensors)
+        if state is None:
+            state = (shapes, is_tuple)
+        elif (shapes, is_tuple) != state:
+            raise ShapeError(f"the {builder.case_name} case returns states of shapes {shapes} "
+                             f"but leaves return {state[0]}; both must match", **where)
+        name = "leaf" if num_children == 0 else "internal"
+        cases.append(CellCase(name, num_children, tuple(builder.ops),
+                              tuple(t.index for t in tensors)))
+        outputs.append(builder)
+    parameters = {}
+    for case in cases:
+        for op in case.ops:
+            if op.kind == "param" or op.kind == "gather":
+                parameters[op.attrs[0]] = np.asarray(getattr(params, op.attrs[0])).shape
+    dtypes = {np.asarray(getattr(params, name)).dtype for name in parameters}
+    if len(dtypes) > 1:
+        raise InputError(f"parameters mix dtypes {sorted(str(d) for d in dtypes)}; "
+                         "use one of float32 or float64 throughout")
+    dtype = str(dtypes.pop()) if dtypes else "float64"
+    fields = {op.attrs[0]: field_specs[op.attrs[0]] for case in cases for op in case.ops
+              if op.kind == "field"}
+    for builder, case in zip(outputs, cases):
+        for table, field in builder.gathers:
+            fields[field] = field_specs[field]
+    gathers = tuple(sorted((case.name, table, field) for builder, case in zip(outputs, cases)
+                           for table, field in builder.gathers))
+    return CellIR(source.tree.name, tuple(cases), state[0], state[1], dtype, parameters,
+                  fields, gathers, source.filename)

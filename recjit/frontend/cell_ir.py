@@ -1,0 +1,73 @@
+"""The cell IR: one list of tensor operations per structural case of the cell function.
+
+Values are SSA: operation i defines `%i`. Shapes are concrete, inferred from the actual
+parameters and fields. Op kinds and their `attrs`:
+
+  param        (name,)              a parameter array
+  child_state  (child, component)   component of child k's state (the recursive call's result)
+  gather       (table, field)       row `table[node.field]` of a parameter table
+  field        (name,)              the node's own vector field
+  const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`
+  unary        (function,)          tanh sigmoid relu exp log neg
+  binary       (function,)          add sub mul div maximum minimum; scalars broadcast
+  matvec       ()                   matrix @ vector; `matmul` matrix @ matrix
+  slice        (start, stop)        elements start..stop of a vector
+  concat       ()                   vectors joined end to end
+"""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Op:
+    kind: str
+    args: tuple
+    attrs: tuple
+    shape: tuple
+    line: int
+
+    @property
+    def size(self):
+        size = 1
+        for extent in self.shape:
+            size *= extent
+        return size
+
+
+@dataclass(frozen=True)
+class CellCase:
+    """The cell specialised to one structural case: a leaf, or an internal node with
+    `num_children` children."""
+
+    name: str
+    num_children: int
+    ops: tuple
+    outputs: tuple
+
+    def __str__(self):
+        lines = [f"case {self.name} ({self.num_children} children):"]
+        for index, op in enumerate(self.ops):
+            operands = ", ".join(f"%{a}" for a in op.args)
+            attrs = ", ".join(str(a) for a in op.attrs)
+            text = ", ".join(t for t in (attrs, operands) if t)
+            lines.append(f"  %{index} = {op.kind} {text}".rstrip() + f"    : {op.shape}")
+        lines.append("  return " + ", ".join(f"%{o}" for o in self.outputs))
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class CellIR:
+    name: str
+    cases: tuple
+    state_shapes: tuple
+    state_is_tuple: bool
+    dtype: str
+    parameters: dict  # name -> shape
+    fields: dict      # name -> (per-node shape, dtype)
+    gathers: tuple    # (case name, table, field): indices to validate before running
+    filename: str
+
+    def case(self, name):
+        return next(case for case in self.cases if case.name == name)
+
+    def __str__(self):
+        return "\n".join(str(case) for case in self.cases)

@@ -1,0 +1,278 @@
+"""Proving P.1–P.3 (Cortex §2) on the cell function's AST, before anything else happens.
+
+An abstract interpretation over the statements tracks, for every local name, what its value
+depends on: the node's structure, the parameters, tensors computed in the node, or the results
+of recursive calls. Control flow on anything but structure breaks P.1; a recursive call whose
+argument is computed in the node breaks P.2, or P.3 when it comes from another call's result."""
+import ast
+from dataclasses import dataclass, field
+
+from .. import ops
+from ..errors import RecursionPropertyError, UnsupportedError
+from .names import UNRESOLVED, is_plain_function, resolve
+from .source import read_source
+
+STRUCTURE = "structure"
+PARAMETER = "parameter"
+COMPUTED = "computed"
+CALL_RESULT = "call result"
+
+NODE_ATTRIBUTES_STRUCTURAL = {"is_leaf", "num_children"}
+NODE_CHILD_ATTRIBUTES = {"left", "right"}
+MAX_INLINE_DEPTH = 20
+
+
+@dataclass(frozen=True)
+class Abstract:
+    """What a value depends on, and whether it is the node, a child, or the children list."""
+
+    deps: frozenset = frozenset()
+    role: str = ""  # "node", "child", "children", "params" or ""
+
+    def join(self, other):
+        return Abstract(self.deps | other.deps, self.role if self.role == other.role else "")
+
+    @property
+    def data(self):
+        return self.deps & {PARAMETER, COMPUTED, CALL_RESULT}
+
+
+NOTHING = Abstract()
+
+
+@dataclass
+class Usage:
+    """What the analysis learnt along the way: parameter and field names the cell reads."""
+
+    parameters: set = field(default_factory=set)
+    fields: set = field(default_factory=set)
+    calls_self: bool = False
+
+
+class PropertyChecker:
+    def __init__(self, model, source, usage, depth=0):
+        self.model = model
+        self.source = source
+        self.usage = usage
+        self.depth = depth
+
+    def error(self, prop, message, node):
+        return RecursionPropertyError(prop, message, **self.source.where(node))
+
+    # statements ------------------------------------------------------------------------
+    def run_body(self, body, env):
+        """Returns the join of what the body's `return` statements return."""
+        returned = None
+        for statement in body:
+            result = self.statement(statement, env)
+            if result is not None:
+                returned = result if returned is None else returned.join(result)
+        return returned
+
+    def statement(self, node, env):
+        if isinstance(node, ast.Assign):
+            value = self.expr(node.value, env)
+            for target in node.targets:
+                self.bind(target, value, env)
+        elif isinstance(node, ast.AugAssign):
+            value = self.expr(node.value, env).join(self.expr(node.target, env))
+            self.bind(node.target, Abstract(value.deps | self.computed_if_data(value)), env)
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            self.bind(node.target, self.expr(node.value, env), env)
+        elif isinstance(node, ast.Return):
+            return self.expr(node.value, env) if node.value is not None else NOTHING
+        elif isinstance(node, ast.If):
+            self.condition(node.test, env)
+            then_env, else_env = dict(env), dict(env)
+            returned = [self.run_body(node.body, then_env), self.run_body(node.orelse, else_env)]
+            self.merge(env, then_env, else_env)
+            returned = [r for r in returned if r is not None]
+            return returned[0].join(returned[-1]) if returned else None
+        elif isinstance(node, (ast.For, ast.While)):
+            if isinstance(node, ast.While):
+                self.condition(node.test, env)
+            else:
+                iterated = self.expr(node.iter, env)
+                if iterated.data:
+                    raise self.error("P.1", "a loop runs over a tensor, so its trip count is "
+                                     "not a property of the node's structure", node.iter)
+            returned = None
+            for _ in range(2):  # loop-carried dependences reach a fixed point in two rounds
+                body_env = dict(env)
+                if isinstance(node, ast.For):
+                    element = Abstract(frozenset({STRUCTURE}),
+                                       "child" if iterated.role == "children" else "")
+                    self.bind(node.target, element, body_env)
+                result = self.run_body(node.body + node.orelse, body_env)
+                if result is not None:
+                    returned = result if returned is None else returned.join(result)
+                self.merge(env, env, body_env)
+            return returned
+        elif isinstance(node, ast.Expr):
+            self.expr(node.value, env)
+        return None
+
+    def merge(self, env, first, second):
+        for name in set(first) | set(second):
+            a, b = first.get(name), second.get(name)
+            env[name] = a.join(b) if a is not None and b is not None else (a or b)
+
+    def bind(self, target, value, env):
+        if isinstance(target, ast.Name):
+            env[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for element in target.elts:
+                self.bind(element.value if isinstance(element, ast.Starred) else element,
+                          Abstract(value.deps), env)
+
+    def condition(self, test, env):
+        value = self.expr(test, env)
+        if value.data:
+            raise self.error("P.1", "control flow depends on a " + self.describe(value) +
+                             ", not only on the node's structure", test)
+
+    @staticmethod
+    def describe(value):
+        if CALL_RESULT in value.deps:
+            return "recursive call's result"
+        if COMPUTED in value.deps:
+            return "computed tensor"
+        return "parameter value"
+
+    @staticmethod
+    def computed_if_data(value):
+        return frozenset({COMPUTED}) if value.data else frozenset()
+
+    # expressions -----------------------------------------------------------------------
+    def expr(self, node, env):
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is not None:
+            return method(node, env)
+        value = NOTHING
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                value = value.join(self.expr(child, env))
+        return Abstract(value.deps | self.computed_if_data(value))
+
+    def expr_Constant(self, node, env):
+        return NOTHING
+
+    def expr_Name(self, node, env):
+        return env.get(node.id, NOTHING)
+
+    def expr_Attribute(self, node, env):
+        base = self.expr(node.value, env)
+        if base.role in ("node", "child"):
+            if node.attr in NODE_CHILD_ATTRIBUTES:
+                return Abstract(frozenset({STRUCTURE}), "child")
+            if node.attr == "children":
+                return Abstract(frozenset({STRUCTURE}), "children")
+            if node.attr not in NODE_ATTRIBUTES_STRUCTURAL and base.role == "node":
+                self.usage.fields.add(node.attr)
+            return Abstract(frozenset({STRUCTURE}))
+        if base.role == "params":
+            self.usage.parameters.add(node.attr)
+            return Abstract(frozenset({PARAMETER}))
+        return Abstract(base.deps)
+
+    def expr_Subscript(self, node, env):
+        base = self.expr(node.value, env)
+        index = self.expr(node.slice, env)
+        if base.role == "children":
+            return Abstract(frozenset({STRUCTURE}) | index.deps, "child")
+        value = base.join(index)
+        if base.data:
+            return Abstract(value.deps | {COMPUTED})
+        return Abstract(value.deps)
+
+    def expr_IfExp(self, node, env):
+        self.condition(node.test, env)
+        return self.expr(node.body, env).join(self.expr(node.orelse, env))
+
+    def comprehension(self, node, env):
+        inner = dict(env)
+        for generator in node.generators:
+            iterated = self.expr(generator.iter, inner)
+            if iterated.data:
+                raise self.error("P.1", "a comprehension runs over a tensor", generator.iter)
+            self.bind(generator.target, Abstract(
+                frozenset({STRUCTURE}), "child" if iterated.role == "children" else ""), inner)
+            for test in generator.ifs:
+                self.condition(test, inner)
+        return inner
+
+    def expr_GeneratorExp(self, node, env):
+        return self.expr(node.elt, self.comprehension(node, env))
+
+    expr_ListComp = expr_GeneratorExp
+
+    def expr_Call(self, node, env):
+        function = resolve(self.source, node.func)
+        arguments = [self.expr(a.value if isinstance(a, ast.Starred) else a, env)
+                     for a in node.args]
+        keywords = [self.expr(k.value, env) for k in node.keywords]
+        if self.model is not None and function is not UNRESOLVED and (
+                function is self.model or function is getattr(self.model, "function", None)):
+            return self.recursive_call(node, arguments)
+        if is_plain_function(function) and not _is_library(function):
+            return self.inline(function, node, arguments, keywords)
+        if isinstance(node.func, ast.Attribute):
+            self.expr(node.func.value, env)
+        value = NOTHING
+        for argument in arguments + keywords:
+            value = value.join(argument)
+        if function in ops.UNARY or function in ops.BINARY or value.data:
+            return Abstract(value.deps | {COMPUTED})
+        return Abstract(value.deps)
+
+    def recursive_call(self, node, arguments):
+        self.usage.calls_self = True
+        for argument, syntax in zip(arguments, node.args):
+            if CALL_RESULT in argument.deps:
+                raise self.error("P.3", "an argument of a recursive call depends on the result "
+                                 "of another recursive call, so the calls are not independent",
+                                 syntax)
+            if COMPUTED in argument.deps:
+                raise self.error("P.2", "an argument of a recursive call is computed in the "
+                                 "node; it must be known before the node's computation", syntax)
+        if not arguments or arguments[0].role != "child":
+            raise UnsupportedError("a recursive call must take a child of the node "
+                                   "(node.left, node.right, node.children[k] or a loop over "
+                                   "node.children) as its first argument",
+                                   **self.source.where(node))
+        return Abstract(frozenset({CALL_RESULT}))
+
+    def inline(self, function, node, arguments, keywords):
+        if self.depth >= MAX_INLINE_DEPTH:
+            raise UnsupportedError("helper functions nest too deeply (recursive helper?)",
+                                   **self.source.where(node))
+        helper_source = read_source(function)
+        helper = PropertyChecker(self.model, helper_source, self.usage, self.depth + 1)
+        parameters = [a.arg for a in helper_source.tree.args.args]
+        env = dict(zip(parameters, arguments))
+        for keyword, value in zip(node.keywords, keywords):
+            if keyword.arg is not None:
+                env[keyword.arg] = value
+        returned = helper.run_body(helper_source.tree.body, env)
+        return returned if returned is not None else NOTHING
+
+
+def _is_library(function):
+    module = getattr(function, "__module__", "") or ""
+    return module.split(".")[0] in ("recjit", "numpy", "builtins", "math")
+
+
+def check_properties(model, source):
+    """Prove P.1–P.3 for the cell function; returns the parameters and fields it reads."""
+    usage = Usage()
+    arguments = [a.arg for a in source.tree.args.args]
+    if len(arguments) < 2:
+        raise UnsupportedError("a cell function takes the node and the parameters: "
+                               "def cell(node, p, ...)", filename=source.filename,
+                               lineno=source.lineno(source.tree))
+    env = {arguments[0]: Abstract(frozenset({STRUCTURE}), "node"),
+           arguments[1]: Abstract(frozenset({PARAMETER}), "params")}
+    for context in arguments[2:]:
+        env[context] = Abstract(frozenset({PARAMETER}))
+    PropertyChecker(model, source, usage).run_body(source.tree.body, env)
+    return usage

@@ -1,0 +1,50 @@
+"""Reading a cell function's source, from a module file or a notebook cell."""
+import ast
+import inspect
+import textwrap
+from dataclasses import dataclass
+
+from ..errors import UnsupportedError
+
+
+@dataclass(frozen=True)
+class FunctionSource:
+    """A function's AST with what is needed to point errors at the user's own lines."""
+
+    function: object
+    tree: ast.FunctionDef
+    filename: str
+    first_line: int
+    text: str
+
+    def lineno(self, node):
+        return self.first_line + getattr(node, "lineno", 1) - 1
+
+    def segment(self, node):
+        return ast.get_source_segment(self.text, node) or ast.unparse(node)
+
+    def where(self, node):
+        """Keyword arguments locating `node` for a `SourceLocated` error."""
+        return {"filename": self.filename, "lineno": self.lineno(node),
+                "expression": self.segment(node)}
+
+
+
+def read_source(function):
+    """The parsed source of `function`; IPython keeps cell sources in linecache, so this works
+    in notebooks too. Functions made by exec or typed at a bare interpreter prompt have none."""
+    name = getattr(function, "__qualname__", repr(function))
+    try:
+        lines, first_line = inspect.getsourcelines(function)
+    except (OSError, TypeError) as error:
+        raise UnsupportedError(
+            f"cannot read the source of {name} ({error}); recjit analyses a cell function's "
+            f"source, so define it in a file, a module or a notebook cell") from None
+    text = textwrap.dedent("".join(lines))
+    module = ast.parse(text)
+    definitions = [node for node in module.body if isinstance(node, ast.FunctionDef)]
+    if not definitions:
+        raise UnsupportedError(f"{name} is not defined by a plain `def` statement "
+                               f"(lambdas and async functions are not cell functions)")
+    filename = inspect.getsourcefile(function) or function.__code__.co_filename
+    return FunctionSource(function, definitions[0], filename, max(first_line, 1), text)

@@ -1,0 +1,5 @@
+"""Forests and their linearization into the arrays kernels walk (DESIGN §3)."""
+from .forest import Forest
+from .linearizer import Linearized, linearize
+
+__all__ = ["Forest", "Linearized", "linearize"]

@@ -1,0 +1,202 @@
+"""The numba-jitted linearizer (DESIGN §3, Cortex §4.2 and appendix B).
+
+It renumbers a forest so that every batch (all nodes of one height, across the whole forest) is
+a contiguous range, parents are numbered below their children and the leaves come last; a batch
+is then `batch_begin[b] .. batch_begin[b+1]` and "is leaf" is `n >= leaf_begin`. Everything is
+O(nodes + edges) in compiled code and validates the structure on the way."""
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from ..errors import InputError
+
+OK = 0
+BAD_CHILD_PTR = 1
+CHILD_OUT_OF_RANGE = 2
+ROOT_OUT_OF_RANGE = 3
+TWO_PARENTS = 4
+ROOT_IS_CHILD = 5
+CYCLE = 6
+ORPHAN = 7
+
+
+@numba.njit(cache=True)
+def _check_structure(child_ptr, child_idx, roots, single_parent):
+    """Returns (status, culprit node, parent count per node)."""
+    num_nodes = child_ptr.size - 1
+    parent_count = np.zeros(num_nodes, dtype=np.int64)
+    if child_ptr[0] != 0 or child_ptr[num_nodes] != child_idx.size:
+        return BAD_CHILD_PTR, 0, parent_count
+    for node in range(num_nodes):
+        if child_ptr[node] > child_ptr[node + 1]:
+            return BAD_CHILD_PTR, node, parent_count
+        for position in range(child_ptr[node], child_ptr[node + 1]):
+            child = child_idx[position]
+            if child < 0 or child >= num_nodes:
+                return CHILD_OUT_OF_RANGE, node, parent_count
+            parent_count[child] += 1
+            if single_parent and parent_count[child] > 1:
+                return TWO_PARENTS, child, parent_count
+    is_root = np.zeros(num_nodes, dtype=np.bool_)
+    for position in range(roots.size):
+        root = roots[position]
+        if root < 0 or root >= num_nodes:
+            return ROOT_OUT_OF_RANGE, position, parent_count
+        if parent_count[root] > 0:
+            return ROOT_IS_CHILD, root, parent_count
+        is_root[root] = True
+    for node in range(num_nodes):
+        if parent_count[node] == 0 and not is_root[node]:
+            return ORPHAN, node, parent_count
+    return OK, 0, parent_count
+
+
+@numba.njit(cache=True)
+def _heights(child_ptr, child_idx, parent_count):
+    """Height of every node (longest path down to a leaf) by Kahn's algorithm from the leaves.
+    Returns (heights, a node on a cycle or -1)."""
+    num_nodes = child_ptr.size - 1
+    parent_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    for node in range(num_nodes):
+        parent_ptr[node + 1] = parent_ptr[node] + parent_count[node]
+    fill = parent_ptr[:-1].copy()
+    parent_idx = np.empty(child_idx.size, dtype=np.int64)
+    for node in range(num_nodes):
+        for position in range(child_ptr[node], child_ptr[node + 1]):
+            child = child_idx[position]
+            parent_idx[fill[child]] = node
+            fill[child] += 1
+    pending = np.empty(num_nodes, dtype=np.int64)
+    height = np.zeros(num_nodes, dtype=np.int64)
+    queue = np.empty(num_nodes, dtype=np.int64)
+    queue_end = 0
+    for node in range(num_nodes):
+        pending[node] = child_ptr[node + 1] - child_ptr[node]
+        if pending[node] == 0:
+            queue[queue_end] = node
+            queue_end += 1
+    queue_begin = 0
+    while queue_begin < queue_end:
+        child = queue[queue_begin]
+        queue_begin += 1
+        for position in range(parent_ptr[child], parent_ptr[child + 1]):
+            parent = parent_idx[position]
+            if height[child] + 1 > height[parent]:
+                height[parent] = height[child] + 1
+            pending[parent] -= 1
+            if pending[parent] == 0:
+                queue[queue_end] = parent
+                queue_end += 1
+    if queue_end < num_nodes:
+        for node in range(num_nodes):
+            if pending[node] > 0:
+                return height, node
+    return height, -1
+
+
+@numba.njit(cache=True)
+def _renumber(child_ptr, child_idx, height):
+    """Counting sort by height, highest first; stable in the original order within a batch."""
+    num_nodes = child_ptr.size - 1
+    max_height = 0
+    for node in range(num_nodes):
+        max_height = max(max_height, height[node])
+    num_batches = max_height + 1
+    batch_begin = np.zeros(num_batches + 1, dtype=np.int64)
+    for node in range(num_nodes):
+        batch_begin[max_height - height[node] + 1] += 1
+    for batch in range(num_batches):
+        batch_begin[batch + 1] += batch_begin[batch]
+    fill = batch_begin[:-1].copy()
+    new_of_old = np.empty(num_nodes, dtype=np.int64)
+    old_of_new = np.empty(num_nodes, dtype=np.int64)
+    for node in range(num_nodes):
+        batch = max_height - height[node]
+        new_of_old[node] = fill[batch]
+        old_of_new[fill[batch]] = node
+        fill[batch] += 1
+    new_child_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    for new in range(num_nodes):
+        old = old_of_new[new]
+        new_child_ptr[new + 1] = new_child_ptr[new] + child_ptr[old + 1] - child_ptr[old]
+    new_child_idx = np.empty(child_idx.size, dtype=np.int64)
+    for new in range(num_nodes):
+        old = old_of_new[new]
+        offset = new_child_ptr[new] - child_ptr[old]
+        for position in range(child_ptr[old], child_ptr[old + 1]):
+            new_child_idx[position + offset] = new_of_old[child_idx[position]]
+    return batch_begin, new_of_old, old_of_new, new_child_ptr, new_child_idx
+
+
+@dataclass(frozen=True)
+class Linearized:
+    """A forest in Cortex's numbering. Batch b holds the nodes of height num_batches-1-b, so
+    batch 0 is the tallest and the last batch is the leaves; kernels run the batches from the
+    last to the first. Fields are in the new numbering; `old_of_new`/`new_of_old` convert."""
+
+    num_nodes: int
+    batch_begin: np.ndarray
+    child_ptr: np.ndarray
+    child_idx: np.ndarray
+    roots: np.ndarray
+    old_of_new: np.ndarray
+    new_of_old: np.ndarray
+    fields: dict
+
+    @property
+    def num_batches(self):
+        return self.batch_begin.size - 1
+
+    @property
+    def leaf_begin(self):
+        return int(self.batch_begin[-2]) if self.num_batches else 0
+
+    @property
+    def num_leaves(self):
+        return self.num_nodes - self.leaf_begin
+
+    @property
+    def max_batch_size(self):
+        return int(np.diff(self.batch_begin).max()) if self.num_batches else 0
+
+    def __str__(self):
+        sizes = np.diff(self.batch_begin)
+        return (f"Linearized: {self.num_nodes} nodes, {self.num_leaves} leaves, "
+                f"{self.num_batches} batches (sizes {sizes.tolist()})")
+
+
+def _structure_error(status, culprit, forest):
+    messages = {
+        BAD_CHILD_PTR: f"child_ptr is not a monotone offset array (at node {culprit}; it must start "
+                       f"at 0 and end at len(child_idx) = {forest.child_idx.size})",
+        CHILD_OUT_OF_RANGE: f"node {culprit} has a child outside 0..{forest.num_nodes - 1}",
+        ROOT_OUT_OF_RANGE: f"root #{culprit} is outside 0..{forest.num_nodes - 1}",
+        TWO_PARENTS: f"node {culprit} has two parents, but a tree model needs a tree "
+                     f"(use kind='dag' for shared nodes)",
+        ROOT_IS_CHILD: f"root node {culprit} is also a child of another node",
+        ORPHAN: f"node {culprit} is neither a root nor anyone's child",
+    }
+    return InputError(messages[status])
+
+
+def linearize(forest, single_parent=True):
+    """Validate the forest's structure and renumber it (DESIGN §3). `single_parent`: a tree,
+    where a node reached from two parents is an error; otherwise a DAG."""
+    empty = np.zeros(0, dtype=np.int64)
+    if forest.num_nodes == 0:
+        return Linearized(0, np.zeros(1, np.int64), np.zeros(1, np.int64), empty, empty, empty,
+                          empty, {name: values for name, values in forest.fields.items()})
+    status, culprit, parent_count = _check_structure(
+        forest.child_ptr, forest.child_idx, forest.roots, single_parent)
+    if status != OK:
+        raise _structure_error(status, culprit, forest)
+    height, on_cycle = _heights(forest.child_ptr, forest.child_idx, parent_count)
+    if on_cycle >= 0:
+        raise InputError(f"node {on_cycle} lies on a cycle or depends on one; "
+                         "a forest must be acyclic")
+    batch_begin, new_of_old, old_of_new, child_ptr, child_idx = _renumber(
+        forest.child_ptr, forest.child_idx, height)
+    fields = {name: values[old_of_new] for name, values in forest.fields.items()}
+    return Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
+                      new_of_old[forest.roots], old_of_new, new_of_old, fields)

@@ -1,0 +1,126 @@
+"""The ILIR: loop nests with variable bounds over the linearized forest (Cortex §4.1).
+
+Indirect indices (`child_idx[child_ptr[node] + k]`, `batch_begin[b]`) are plain loads: the
+uninterpreted functions of loop variables. Code generators translate these classes one to one,
+so generated source carries the same names as the printed ILIR."""
+from dataclasses import dataclass
+
+
+# expressions ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Var:
+    name: str
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Load:
+    array: str
+    index: tuple
+
+
+@dataclass(frozen=True)
+class Call:
+    """A scalar math function: tanh sigmoid relu exp log neg maximum minimum."""
+
+    function: str
+    args: tuple
+
+
+@dataclass(frozen=True)
+class BinOp:
+    operator: str  # + - * / // %
+    left: object
+    right: object
+
+
+# statements -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: object
+
+
+@dataclass(frozen=True)
+class Store:
+    array: str
+    index: tuple
+    value: object
+
+
+@dataclass(frozen=True)
+class Loop:
+    """`for var in range(start, stop, step)`; a parallel loop runs from 0 with step 1."""
+
+    var: str
+    start: object
+    stop: object
+    body: tuple
+    parallel: bool = False
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class Alloc:
+    name: str
+    shape: tuple
+
+
+@dataclass(frozen=True)
+class MatMul:
+    """`y[s, r] = Σ_k weight[r, k] · x[s, k]` for s < rows: every matrix-vector product of
+    one weight in one pass, done together so each weight row is read once per block of nodes."""
+
+    weight: str
+    x: str
+    y: str
+    rows: object
+    row_block: int
+
+
+@dataclass(frozen=True)
+class Barrier:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused kernel: scalar and array arguments, then the statements."""
+
+    name: str
+    dtype: str
+    scalars: tuple
+    arrays: tuple
+    states: tuple      # (name, per-node size)
+    body: tuple
+
+
+def add(left, right):
+    """left + right, folding constants so indices stay readable."""
+    if isinstance(right, int):
+        right = Const(right)
+    if isinstance(right, Const) and right.value == 0:
+        return left
+    if isinstance(left, Const) and isinstance(right, Const):
+        return Const(left.value + right.value)
+    if isinstance(left, BinOp) and left.operator == "+" and isinstance(left.right, Const) \
+            and isinstance(right, Const):
+        return add(left.left, Const(left.right.value + right.value))
+    return BinOp("+", left, right)
+
+
+def mul(left, right):
+    if isinstance(right, int):
+        right = Const(right)
+    if isinstance(right, Const) and right.value == 1:
+        return left
+    return BinOp("*", left, right)

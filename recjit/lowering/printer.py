@@ -1,0 +1,54 @@
+"""Printing the ILIR for `model.explain()`: loops, batches, matrix products and barriers."""
+from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, Let, Load, Loop, MatMul, Store,
+                   Var)
+
+
+def expression(node):
+    if isinstance(node, Var):
+        return node.name
+    if isinstance(node, Const):
+        value = node.value
+        return str(int(value)) if float(value).is_integer() else repr(value)
+    if isinstance(node, Load):
+        return f"{node.array}[{', '.join(expression(i) for i in node.index)}]"
+    if isinstance(node, Call):
+        return f"{node.function}({', '.join(expression(a) for a in node.args)})"
+    if isinstance(node, BinOp):
+        return f"({expression(node.left)} {node.operator} {expression(node.right)})"
+    raise TypeError(node)
+
+
+def print_kernel(kernel):
+    lines = [f"kernel {kernel.name}({', '.join(kernel.scalars + kernel.arrays)})  "
+             f"dtype={kernel.dtype}"]
+    _statements(kernel.body, 1, lines)
+    return "\n".join(lines)
+
+
+def _statements(body, depth, lines):
+    pad = "  " * depth
+    for statement in body:
+        if isinstance(statement, Loop):
+            kind = "parallel for" if statement.parallel else "for"
+            step = "" if statement.step == 1 else f" step {statement.step}"
+            lines.append(f"{pad}{kind} {statement.var} in [{expression(statement.start)}, "
+                         f"{expression(statement.stop)}){step}:")
+            _statements(statement.body, depth + 1, lines)
+        elif isinstance(statement, Let):
+            lines.append(f"{pad}{statement.name} = {expression(statement.value)}")
+        elif isinstance(statement, Store):
+            index = ", ".join(expression(i) for i in statement.index)
+            lines.append(f"{pad}{statement.array}[{index}] = {expression(statement.value)}")
+        elif isinstance(statement, Alloc):
+            shape = ", ".join(expression(e) for e in statement.shape)
+            lines.append(f"{pad}{statement.name} = scratch[{shape}]")
+        elif isinstance(statement, MatMul):
+            lines.append(f"{pad}parallel for r in row blocks of {statement.row_block}: "
+                         f"{statement.y}[s, r] = Σ_k {statement.weight}[r, k] · "
+                         f"{statement.x}[s, k]  for s < {expression(statement.rows)}")
+        elif isinstance(statement, Barrier):
+            lines.append(f"{pad}── barrier: {statement.reason}")
+        elif isinstance(statement, Comment):
+            lines.append(f"{pad}# {statement.text}")
+        else:
+            raise TypeError(statement)

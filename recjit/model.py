@@ -1,0 +1,202 @@
+"""`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
+`explain` and `kernel_source`."""
+import functools
+import threading
+
+import numpy as np
+
+from .codegen_cpu import CpuKernel
+from .errors import InputError, RecJitError
+from .frontend import build_cell_ir, check_properties, read_source
+from .linearize import Forest, linearize
+from .lowering import lower, print_kernel
+from .lowering.ilir import Barrier, Loop
+from .reference import NodeView, memoised_state, run_reference
+from .result import Result
+from .schedule import Schedule
+
+BACKENDS = ("cpu",)
+
+
+def recursive_model(function=None, *, arity=2, kind="tree", schedule=None):
+    """Decorate a recursive cell function `f(node, p)`; see DESIGN §1."""
+    if kind not in ("tree", "dag", "sequence"):
+        raise RecJitError(f"kind must be 'tree', 'dag' or 'sequence', not {kind!r}")
+    if not isinstance(arity, int) or arity < 1:
+        raise RecJitError(f"arity must be a positive int (children per internal node); "
+                          f"got {arity!r}")
+
+    def decorate(cell):
+        return RecursiveModel(cell, arity, kind, schedule or Schedule())
+
+    return decorate if function is None else decorate(function)
+
+
+class Compiled:
+    """Everything compiled for one input signature: cell IR, ILIR kernel, machine code."""
+
+    def __init__(self, cell, kernel, backend_kernel):
+        self.cell = cell
+        self.kernel = kernel
+        self.backend_kernel = backend_kernel
+
+
+class RecursiveModel:
+    def __init__(self, function, arity, kind, schedule):
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.arity = arity
+        self.kind = kind
+        self.schedule = schedule
+        self._usage = None
+        self._source = None
+        self._compiled = {}
+        self._latest = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, node, p, *context):
+        """The plain recursion (reference semantics) on a node view."""
+        if isinstance(node, NodeView) and not context:
+            state = memoised_state(node.forest, node.index)
+            if state is not None:
+                return state
+        return self.function(node, p, *context)
+
+    def __repr__(self):
+        return f"<recjit model {self.__name__} arity={self.arity} kind={self.kind!r}>"
+
+    # compiling -------------------------------------------------------------------------
+    def analyse(self):
+        """Read the source and prove P.1–P.3, once per model."""
+        if self._usage is None:
+            source = read_source(self.function)
+            self._usage = check_properties(self, source)
+            self._source = source
+        return self._usage
+
+    def signature(self, forest, p, backend, schedule):
+        usage = self.analyse()
+        parameters = []
+        for name in sorted(usage.parameters):
+            value = getattr(p, name, None)
+            if value is None:
+                raise InputError(f"parameter {name!r} is missing from the parameters")
+            value = np.asarray(value)
+            parameters.append((name, value.shape, value.dtype.str))
+        fields = tuple((name, forest.fields[name].shape[1:], forest.fields[name].dtype.kind)
+                       for name in sorted(usage.fields) if name in forest.fields)
+        return (backend, schedule, tuple(parameters), fields)
+
+    def compile(self, forest, p, backend="cpu", schedule=None):
+        """The compiled kernel for this forest's fields and these parameters' shapes; the same
+        shapes hit the in-memory cache, and numba's disk cache across processes."""
+        if backend not in BACKENDS:
+            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        schedule = schedule or self.schedule
+        key = self.signature(forest, p, backend, schedule)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            with self._lock:
+                compiled = self._compiled.get(key)
+                if compiled is None:
+                    field_specs = {name: (values.shape[1:], values.dtype)
+                                   for name, values in forest.fields.items()}
+                    cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
+                    kernel = lower(cell, schedule)
+                    compiled = Compiled(cell, kernel, CpuKernel(kernel, schedule.fast_math))
+                    self._compiled[key] = compiled
+        self._latest[backend] = compiled
+        return compiled
+
+    # running ---------------------------------------------------------------------------
+    def linearize(self, forest):
+        """Validate the forest against the model's structure and linearize it."""
+        if not isinstance(forest, Forest):
+            raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
+        if forest.num_nodes:
+            children = forest.num_children
+            wrong = np.flatnonzero((children != 0) & (children != self.arity))
+            if wrong.size:
+                node = int(wrong[0])
+                raise InputError(f"node {node} has {int(children[node])} children; the model "
+                                 f"declares arity={self.arity} (0 or {self.arity} children)")
+        return linearize(forest, single_parent=self.kind != "dag")
+
+    def check_gathers(self, cell, linearized, p):
+        """Every gathered field index lies inside its table, on the nodes that read it."""
+        for case, table, field in cell.gathers:
+            rows = np.asarray(getattr(p, table)).shape[0]
+            begin, end = ((linearized.leaf_begin, linearized.num_nodes) if case == "leaf"
+                          else (0, linearized.leaf_begin))
+            values = linearized.fields[field][begin:end]
+            bad = np.flatnonzero((values < 0) | (values >= rows))
+            if bad.size:
+                node = int(linearized.old_of_new[begin + bad[0]])
+                raise InputError(f"node {node}: field {field!r} = {int(values[bad[0]])} is "
+                                 f"outside the {rows} rows of parameter {table!r}")
+
+    def run(self, forest, p, backend="cpu", schedule=None):
+        """Evaluate every node of the forest with the compiled kernel."""
+        compiled = self.compile(forest, p, backend, schedule)
+        linearized = self.linearize(forest)
+        shapes = compiled.cell.state_shapes
+        if linearized.num_nodes == 0:
+            return self._empty_result(compiled.cell)
+        self.check_gathers(compiled.cell, linearized, p)
+        states = compiled.backend_kernel(linearized, p)
+        nodes = tuple(state[linearized.new_of_old].reshape((-1,) + shape)
+                      for state, shape in zip(states, shapes))
+        return Result.from_nodes(nodes, forest.roots)
+
+    def reference(self, forest, p):
+        """The naive recursion's result, in the same `Result` form as `run`."""
+        linearized_check = self.linearize(forest)
+        if linearized_check.num_nodes == 0:
+            return self._empty_result(self.compile(forest, p).cell)
+        states = run_reference(self, forest, p)
+        first = next(iter(states.values()))
+        is_tuple = isinstance(first, tuple)
+        components = len(first) if is_tuple else 1
+        nodes = tuple(np.stack([np.asarray(states[n][c] if is_tuple else states[n])
+                                for n in range(forest.num_nodes)]) for c in range(components))
+        return Result.from_nodes(nodes, forest.roots)
+
+    @staticmethod
+    def _empty_result(cell):
+        nodes = tuple(np.zeros((0,) + shape, dtype=cell.dtype) for shape in cell.state_shapes)
+        return Result(nodes=nodes, roots=nodes)
+
+    # reading what was generated ---------------------------------------------------------
+    def explain(self, forest, p, backend="cpu", schedule=None, file=None):
+        """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
+        compiled = self.compile(forest, p, backend, schedule)
+        linearized = self.linearize(forest)
+        sizes = np.diff(linearized.batch_begin)
+        text = "\n".join([
+            f"== {self.__name__}: cell IR (one op list per structural case) ==",
+            str(compiled.cell), "",
+            "== forest ==",
+            f"{linearized}",
+            f"internal batches run from the leaves up: {sizes[:-1][::-1].tolist()}",
+            "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
+            f"barriers per batch: {_count_barriers(compiled.kernel)}",
+        ])
+        print(text, file=file)
+        return text
+
+    def kernel_source(self, backend="cpu", forest=None, p=None):
+        """The generated source of the kernel compiled last for `backend` (or for this forest
+        and these parameters, when given)."""
+        if forest is not None and p is not None:
+            return self.compile(forest, p, backend).backend_kernel.source
+        if backend not in self._latest:
+            raise RecJitError(f"no {backend} kernel has been compiled yet for "
+                              f"{self.__name__}; call run(), or pass forest and p")
+        return self._latest[backend].backend_kernel.source
+
+
+def _count_barriers(kernel):
+    for statement in kernel.body:
+        if isinstance(statement, Loop) and statement.var == "b":
+            return sum(isinstance(s, Barrier) for s in statement.body)
+    return 0

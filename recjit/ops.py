@@ -1,0 +1,56 @@
+"""The tensor operations of the cell language, as NumPy functions.
+
+They give the decorated function its plain-Python meaning (the reference semantics); the
+frontend recognises them by identity and compiles them."""
+import numpy as np
+
+
+def tanh(x):
+    return np.tanh(x)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def relu(x):
+    return np.maximum(x, 0)
+
+
+def exp(x):
+    return np.exp(x)
+
+
+def log(x):
+    return np.log(x)
+
+
+def maximum(a, b):
+    return np.maximum(a, b)
+
+
+def minimum(a, b):
+    return np.minimum(a, b)
+
+
+def split(x, n):
+    """Split a vector into `n` equal consecutive parts."""
+    if x.shape[0] % n:
+        raise ValueError(f"cannot split a vector of length {x.shape[0]} into {n} equal parts")
+    return tuple(np.split(x, n))
+
+
+def concat(parts):
+    return np.concatenate(parts)
+
+
+def zeros(shape):
+    return np.zeros(shape)
+
+
+def ones(shape):
+    return np.ones(shape)
+
+
+UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log"}
+BINARY = {maximum: "maximum", minimum: "minimum"}

@@ -1,0 +1,99 @@
+"""The reference semantics: the user's own function, run as plain Python on node views.
+
+Every node's cell runs exactly once, children before parents, and a recursive call on a child
+returns the child's memoised state; that is the naive recursion's result without its Python
+stack depth, so a chain of any length can be checked. It shares no code with the compiler."""
+import threading
+
+import numpy as np
+
+from .errors import InputError
+
+_active = threading.local()
+
+
+class NodeView:
+    """A node of a forest as the cell function sees it."""
+
+    __slots__ = ("forest", "index")
+
+    def __init__(self, forest, index):
+        self.forest = forest
+        self.index = index
+
+    @property
+    def num_children(self):
+        return int(self.forest.child_ptr[self.index + 1] - self.forest.child_ptr[self.index])
+
+    @property
+    def is_leaf(self):
+        return self.num_children == 0
+
+    @property
+    def children(self):
+        return [NodeView(self.forest, int(c)) for c in self.forest.children(self.index)]
+
+    def child(self, k, name):
+        children = self.forest.children(self.index)
+        if k >= children.size:
+            raise InputError(f"node {self.index} has {children.size} children; the cell reads "
+                             f"node.{name}")
+        return NodeView(self.forest, int(children[k]))
+
+    @property
+    def left(self):
+        return self.child(0, "left")
+
+    @property
+    def right(self):
+        return self.child(1, "right")
+
+    def __getattr__(self, name):
+        fields = self.forest.fields
+        if name not in fields:
+            raise InputError(f"the forest has no field {name!r}; its fields are {sorted(fields)}")
+        value = fields[name][self.index]
+        return int(value) if np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iu" \
+            else value
+
+    def __repr__(self):
+        return f"NodeView({self.index})"
+
+
+def memoised_state(forest, node):
+    """The state of `node` if the running reference has computed it, else None."""
+    memo = getattr(_active, "memo", None)
+    if memo is None or memo[0] is not forest:
+        return None
+    return memo[1].get(node)
+
+
+def children_first(forest):
+    """All nodes, every child before its parents (iterative depth-first search)."""
+    order, state = [], np.zeros(forest.num_nodes, dtype=np.int8)
+    for root in forest.roots:
+        stack = [int(root)]
+        while stack:
+            node = stack[-1]
+            if state[node] == 0:
+                state[node] = 1
+                stack.extend(int(c) for c in forest.children(node) if state[c] == 0)
+            else:
+                stack.pop()
+                if state[node] == 1:
+                    state[node] = 2
+                    order.append(node)
+    return order
+
+
+def run_reference(function, forest, params):
+    """Per-node states (a tuple per node) of `function` on every node reachable from a root."""
+    states = {}
+    previous = getattr(_active, "memo", None)
+    _active.memo = (forest, states)
+    try:
+        for node in children_first(forest):
+            states[node] = function(NodeView(forest, node), params)
+    finally:
+        _active.memo = previous
+    return states

@@ -1,0 +1,18 @@
+"""How a model is computed, kept apart from what it computes (Cortex §3.1)."""
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Scheduling choices. `hoist`: field-only work (leaf states, input projections) runs as one
+    parallel pass over all nodes before the batches. `fast_math`: tanh and sigmoid use a
+    branch-free rational approximation that vectorizes (max errors in docs/fast_math.md);
+    `False` calls the exact libm functions."""
+
+    hoist: bool = True
+    fast_math: bool = True
+    row_block: int = 32
+
+    def __post_init__(self):
+        if self.row_block < 1:
+            raise ValueError("Schedule.row_block must be a positive number of weight rows")

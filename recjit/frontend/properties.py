@@ -92,16 +92,11 @@ class PropertyChecker:
             if isinstance(node, ast.While):
                 self.condition(node.test, env)
             else:
-                iterated = self.expr(node.iter, env)
-                if iterated.data:
-                    raise self.error("P.1", "a loop runs over a tensor, so its trip count is "
-                                     "not a property of the node's structure", node.iter)
+                element = self.iterated(node.iter, env)
             returned = None
             for _ in range(2):  # loop-carried dependences reach a fixed point in two rounds
                 body_env = dict(env)
                 if isinstance(node, ast.For):
-                    element = Abstract(frozenset({STRUCTURE}),
-                                       "child" if iterated.role == "children" else "")
                     self.bind(node.target, element, body_env)
                 result = self.run_body(node.body + node.orelse, body_env)
                 if result is not None:
@@ -189,14 +184,24 @@ class PropertyChecker:
         self.condition(node.test, env)
         return self.expr(node.body, env).join(self.expr(node.orelse, env))
 
+    def iterated(self, iterable, env):
+        """What one element of a loop's iterable depends on. A literal tuple or list has a
+        fixed length; anything else must be structure (node.children, a range)."""
+        if isinstance(iterable, (ast.Tuple, ast.List)):
+            element = NOTHING
+            for item in iterable.elts:
+                element = element.join(self.expr(item, env))
+            return element
+        value = self.expr(iterable, env)
+        if value.data:
+            raise self.error("P.1", "a loop runs over a tensor, so its trip count is not a "
+                             "property of the node's structure", iterable)
+        return Abstract(frozenset({STRUCTURE}), "child" if value.role == "children" else "")
+
     def comprehension(self, node, env):
         inner = dict(env)
         for generator in node.generators:
-            iterated = self.expr(generator.iter, inner)
-            if iterated.data:
-                raise self.error("P.1", "a comprehension runs over a tensor", generator.iter)
-            self.bind(generator.target, Abstract(
-                frozenset({STRUCTURE}), "child" if iterated.role == "children" else ""), inner)
+            self.bind(generator.target, self.iterated(generator.iter, inner), inner)
             for test in generator.ifs:
                 self.condition(test, inner)
         return inner

@@ -77,11 +77,20 @@ class Forest:
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label."""
         vocab = {} if vocab is None else vocab
+        next_id = max(vocab.values(), default=-1) + 1
+
+        def word_id(word):
+            nonlocal next_id
+            if word not in vocab:
+                vocab[word] = next_id
+                next_id += 1
+            return vocab[word]
+
         builder = _Builder()
         roots = []
         for line_number, line in enumerate(lines, 1):
             if line.strip():
-                roots.append(builder.add_ptb(line, line_number, vocab))
+                roots.append(builder.add_ptb(line, line_number, word_id))
         forest = builder.forest(roots, "word", kind="tree")
         forest.fields["label"] = np.asarray(builder.labels, dtype=np.int64)
         forest.vocab = vocab
@@ -152,7 +161,7 @@ class _Builder:
                 self.children[parent].append(node)
         return root
 
-    def add_ptb(self, line, line_number, vocab):
+    def add_ptb(self, line, line_number, word_id):
         open_nodes = []
         root = None
         tokens = _PTB_TOKEN.findall(line)
@@ -175,7 +184,7 @@ class _Builder:
                 open_nodes.append(node)
                 word = word.strip()
                 if word:
-                    self.leaf_values[node] = vocab.setdefault(word, len(vocab))
+                    self.leaf_values[node] = word_id(word)
                 position += 2
             elif token == ")":
                 if not open_nodes:

@@ -1,0 +1,134 @@
+"""The compiled CPU kernel equals the naive recursion (`model.reference`) on generated forests
+and parameters: within 1e-5 relative in float64 (plus 1e-6 absolute for values near zero)."""
+import numpy as np
+import pytest
+from hypothesis import given
+
+import recjit as rj
+from tree_lstm import make_params as tree_lstm_params, tree_lstm
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
+
+from conftest import assert_same_result, binary_forests, caterpillar, scales, seeds
+
+VOCAB = 50
+
+
+def scaled(params, scale):
+    return rj.Params(**{name: getattr(params, name) * scale for name in params.names()})
+
+
+@given(binary_forests(VOCAB), seeds, scales)
+def test_tree_lstm_equals_reference(forest, seed, scale):
+    p = scaled(tree_lstm_params(6, VOCAB, "float64", seed), scale)
+    assert_same_result(tree_lstm.run(forest, p), tree_lstm.reference(forest, p))
+
+
+@given(binary_forests(VOCAB), seeds, scales)
+def test_tree_rnn_equals_reference(forest, seed, scale):
+    p = scaled(tree_rnn_params(5, VOCAB, "float64", seed), scale)
+    assert_same_result(tree_rnn.run(forest, p), tree_rnn.reference(forest, p))
+
+
+@given(binary_forests(VOCAB), seeds)
+def test_tree_lstm_in_float32_equals_reference_within_float32_rounding(forest, seed):
+    p = tree_lstm_params(12, VOCAB, "float32", seed)
+    result = tree_lstm.run(forest, p)
+    assert result.nodes[0].dtype == np.float32
+    assert_same_result(result, tree_lstm.reference(forest, p), rtol=1e-4, atol=1e-5)
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_exact_math_schedule_equals_reference(forest, seed):
+    p = tree_lstm_params(6, VOCAB, "float64", seed)
+    result = tree_lstm.run(forest, p, schedule=rj.Schedule(fast_math=False))
+    assert_same_result(result, tree_lstm.reference(forest, p), rtol=1e-12, atol=1e-12)
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_without_hoisting_results_are_unchanged(forest, seed):
+    p = tree_rnn_params(5, VOCAB, "float64", seed)
+    result = tree_rnn.run(forest, p, schedule=rj.Schedule(hoist=False))
+    assert_same_result(result, tree_rnn.reference(forest, p))
+
+
+def test_a_chain_of_depth_2000_equals_the_iterative_reference():
+    forest = caterpillar(2000, VOCAB)
+    p = tree_lstm_params(6, VOCAB, "float64", 1)
+    assert_same_result(tree_lstm.run(forest, p), tree_lstm.reference(forest, p))
+
+
+def test_the_reference_equals_the_plain_python_recursion():
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), 6])
+    p = tree_lstm_params(4, VOCAB, "float64", 2)
+    reference = tree_lstm.reference(forest, p)
+    for position, root in enumerate(forest.roots):
+        h, c = tree_lstm(rj.NodeView(forest, int(root)), p)
+        np.testing.assert_array_equal(reference.roots[0][position], h)
+        np.testing.assert_array_equal(reference.roots[1][position], c)
+
+
+def helper_gate(x, p, bias):
+    return rj.sigmoid(x + bias)
+
+
+@rj.recursive_model(arity=2)
+def kitchen_sink(node, p):
+    """Every op of the cell language that issue 2 compiles, in one cell."""
+    if node.is_leaf:
+        e = p.E[node.word]
+        return rj.relu(e) - 0.5 * e, rj.zeros(4) + rj.ones(4) / 2
+    left, left_aux = kitchen_sink(node.left, p)
+    right, right_aux = kitchen_sink(node.right, p)
+    both = rj.concat([left, right])
+    a, b = rj.split(p.W @ both + p.b, 2)
+    gate = helper_gate(a, p, bias=p.b[0:4])
+    mixed = rj.maximum(gate, rj.exp(-b)) - rj.minimum(left, right) / 3.0
+    tail = rj.log(1.0 + rj.exp(both[4:8]))
+    if node.num_children == 2:
+        mixed = mixed + -tail
+    total = sum(aux for aux in (left_aux, right_aux))
+    return rj.tanh(mixed), rj.concat([total[0:2], gate[2:4]]) * 0.5
+
+
+@given(binary_forests(VOCAB, max_trees=8), seeds)
+def test_every_supported_op_equals_reference(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(8, 8)) / 3,
+                  b=rng.normal(size=8))
+    assert_same_result(kitchen_sink.run(forest, p), kitchen_sink.reference(forest, p))
+
+
+def test_the_same_shapes_hit_the_cache_and_new_shapes_compile_again():
+    forest = rj.Forest.from_nested([(1, 2)])
+    first = tree_rnn.compile(forest, tree_rnn_params(5, VOCAB, "float64", 0))
+    again = tree_rnn.compile(forest, tree_rnn_params(5, VOCAB, "float64", 9))
+    other = tree_rnn.compile(forest, tree_rnn_params(7, VOCAB, "float64", 0))
+    assert first is again
+    assert other is not first
+    assert other.cell.state_shapes == ((7,),)
+
+
+def test_kernel_source_has_no_per_node_branch_and_runs_batches_in_parallel():
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))
+    source = tree_lstm.kernel_source("cpu")
+    assert "@njit(parallel=True" in source
+    assert "prange(count)" in source and "prange(num_leaves)" in source
+    assert " if " not in source.split("def tree_lstm_kernel")[1]
+
+
+def test_explain_shows_cases_batches_and_barriers(capsys):
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    text = tree_lstm.explain(forest, tree_lstm_params(4, VOCAB, "float64"))
+    assert capsys.readouterr().out.strip() == text.strip()
+    assert "case leaf (0 children)" in text and "case internal (2 children)" in text
+    assert "3 batches" in text
+    assert "barrier: the next batch reads this batch's states" in text
+    assert "barriers per batch: 1" in text
+
+
+def test_an_empty_forest_gives_empty_results():
+    forest = rj.Forest.from_nested([])
+    result = tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))
+    assert [a.shape for a in result.nodes] == [(0, 4), (0, 4)]
+    assert [a.shape for a in result.roots] == [(0, 4), (0, 4)]

@@ -1,0 +1,65 @@
+"""Bad forests and parameters raise `InputError` naming the culprit, before any kernel runs."""
+import numpy as np
+import pytest
+
+import recjit as rj
+from tree_lstm import make_params, tree_lstm
+from tree_rnn import tree_rnn
+
+
+def test_a_word_id_outside_the_embedding_names_the_node():
+    forest = rj.Forest.from_nested([(1, (2, 99))])
+    with pytest.raises(rj.InputError, match="node 4: field 'word' = 99 is outside the 10 rows "
+                                            "of parameter 'E'"):
+        tree_lstm.run(forest, make_params(4, 10, "float64"))
+
+
+def test_a_negative_word_id_on_a_leaf_is_refused_but_minus_one_inside_is_fine():
+    p = make_params(4, 10, "float64")
+    assert rj.Forest.from_nested([(1, 2)]).fields["word"][0] == -1
+    tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+    with pytest.raises(rj.InputError, match="node 2: field 'word' = -3"):
+        tree_lstm.run(rj.Forest.from_nested([(1, -3)]), p)
+
+
+def test_more_children_than_the_declared_arity_names_the_node():
+    with pytest.raises(rj.InputError, match="node 0 has 3 children; the model declares "
+                                            "arity=2"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2, 3)]), make_params(4, 10, "float64"))
+
+
+def test_a_shared_node_in_a_tree_model_is_refused():
+    forest = rj.Forest.from_edges(5, [(0, 1), (0, 2), (1, 3), (1, 4), (2, 3), (2, 4)],
+                                  fields={"word": [-1, -1, -1, 0, 1]})
+    with pytest.raises(rj.InputError, match="node 3 has two parents"):
+        tree_rnn.run(forest, rj.Params(E=np.ones((2, 3)), W=np.eye(3), U=np.eye(3),
+                                       b=np.zeros(3)))
+
+
+def test_a_missing_parameter_is_named():
+    p = make_params(4, 10, "float64")
+    del p.U_f
+    with pytest.raises(rj.InputError, match="parameter 'U_f' is missing"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_a_missing_field_is_named():
+    forest = rj.Forest.from_nested([(1, 2)], leaf_field="token")
+    with pytest.raises(rj.InputError, match="no field 'word'"):
+        tree_lstm.run(forest, make_params(4, 10, "float64"))
+
+
+def test_a_wrongly_shaped_parameter_names_the_operation_and_line():
+    p = make_params(4, 10, "float64")
+    p.U_f = np.ones((4, 5))
+    with pytest.raises(rj.ShapeError, match=r"`@` of shapes \(4, 5\) and \(4,\)") as info:
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+    assert isinstance(info.value, rj.InputError)
+    assert info.value.filename.endswith("tree_lstm.py")
+
+
+def test_mixed_parameter_dtypes_are_refused():
+    p = make_params(4, 10, "float64")
+    p.b_f = p.b_f.astype(np.float32)
+    with pytest.raises(rj.InputError, match="mix dtypes"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)

@@ -1,0 +1,138 @@
+"""P.1–P.3 are proven on the AST before anything else; violations and unsupported constructs
+raise errors that name the property, the file and the line (marked `# <- error` below)."""
+import inspect
+
+import numpy as np
+import pytest
+
+import recjit as rj
+
+
+def marked_line(model):
+    lines, first = inspect.getsourcelines(model.function)
+    return first + next(i for i, line in enumerate(lines) if "# <- error" in line)
+
+
+@rj.recursive_model(arity=2)
+def branches_on_a_tensor_element(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    h = rj.tanh(p.W @ branches_on_a_tensor_element(node.left, p))
+    if h[0] > 0:  # <- error
+        return h
+    return -h
+
+
+@rj.recursive_model(arity=2)
+def branches_on_a_call_result(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    left = branches_on_a_call_result(node.left, p)
+    return left if left[0] > 0 else p.b  # <- error
+
+
+@rj.recursive_model(arity=2)
+def passes_a_computed_argument(node, p, scale):
+    if node.is_leaf:
+        return p.E[node.word] * scale
+    s = rj.tanh(p.b)
+    return (passes_a_computed_argument(node.left, p, s)  # <- error
+            + passes_a_computed_argument(node.right, p, scale))
+
+
+@rj.recursive_model(arity=2)
+def chains_dependent_calls(node, p, context):
+    if node.is_leaf:
+        return p.E[node.word] + context
+    left = chains_dependent_calls(node.left, p, context)
+    return chains_dependent_calls(node.right, p, left)  # <- error
+
+
+@rj.recursive_model(arity=2)
+def branches_on_a_tensor_and_loops_unsupportedly(node, p):
+    while node.num_children > 5:
+        pass
+    if node.is_leaf:
+        return p.E[node.word]
+    h = branches_on_a_tensor_and_loops_unsupportedly(node.left, p)
+    if rj.tanh(h)[1] > 0.5:  # <- error
+        return h
+    return h
+
+
+@pytest.mark.parametrize("model, prop", [
+    (branches_on_a_tensor_element, "P.1"),
+    (branches_on_a_call_result, "P.1"),
+    (passes_a_computed_argument, "P.2"),
+    (chains_dependent_calls, "P.3"),
+    (branches_on_a_tensor_and_loops_unsupportedly, "P.1"),
+])
+def test_a_property_violation_names_the_property_file_and_line(model, prop):
+    with pytest.raises(rj.RecursionPropertyError) as info:
+        model.analyse()
+    assert info.value.property == prop
+    assert info.value.lineno == marked_line(model)
+    assert info.value.filename == __file__
+    assert f"{__file__}:{marked_line(model)}" in str(info.value)
+
+
+def test_run_refuses_a_violation_before_any_kernel_runs():
+    forest = rj.Forest.from_nested([(0, 1)])
+    p = rj.Params(E=np.ones((2, 3)), W=np.ones((3, 3)), b=np.ones(3))
+    with pytest.raises(rj.RecursionPropertyError):
+        branches_on_a_tensor_element.run(forest, p)
+
+
+@rj.recursive_model(arity=2)
+def calls_print(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    print(node.num_children)  # <- error
+    return calls_print(node.left, p) + calls_print(node.right, p)
+
+
+@rj.recursive_model(arity=2)
+def recurses_on_itself(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return recurses_on_itself(node, p)  # <- error
+
+
+@rj.recursive_model(arity=2)
+def transposes(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return p.W.T @ transposes(node.left, p)  # <- error
+
+
+@rj.recursive_model(arity=2)
+def branches_on_a_field(node, p):
+    if node.word > 3:  # <- error
+        return p.E[node.word]
+    return branches_on_a_field(node.left, p) + branches_on_a_field(node.right, p)
+
+
+@pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
+                                   branches_on_a_field])
+def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
+    forest = rj.Forest.from_nested([(0, 1)])
+    p = rj.Params(E=np.ones((5, 3)), W=np.ones((3, 3)))
+    with pytest.raises(rj.UnsupportedError) as info:
+        model.run(forest, p)
+    assert info.value.lineno == marked_line(model)
+    assert info.value.filename == __file__
+
+
+def test_a_function_without_source_is_refused_with_a_clear_error():
+    namespace = {"rj": rj}
+    exec("def cell(node, p):\n    return p.E[node.word]\n", namespace)
+    model = rj.recursive_model(namespace["cell"])
+    with pytest.raises(rj.UnsupportedError, match="cannot read the source"):
+        model.analyse()
+
+
+def test_the_decorated_function_stays_the_plain_recursion():
+    forest = rj.Forest.from_nested([(0, 1)])
+    p = rj.Params(E=np.arange(6.0).reshape(2, 3), W=np.eye(3), b=np.zeros(3))
+    h = branches_on_a_tensor_element(rj.NodeView(forest, 0), p)
+    assert np.allclose(h, -np.tanh(np.arange(3.0)))

@@ -2,7 +2,7 @@
 and parameters: within 1e-5 relative in float64 (plus 1e-6 absolute for values near zero)."""
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
 import recjit as rj
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
@@ -132,3 +132,22 @@ def test_an_empty_forest_gives_empty_results():
     result = tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))
     assert [a.shape for a in result.nodes] == [(0, 4), (0, 4)]
     assert [a.shape for a in result.roots] == [(0, 4), (0, 4)]
+
+
+@rj.recursive_model(arity=2, kind="dag")
+def dag_rnn(node, p):
+    if node.is_leaf:
+        return rj.relu(p.W @ node.x + p.b)
+    return rj.relu(p.W @ node.x + p.U @ (dag_rnn(node.left, p) + dag_rnn(node.right, p)) + p.b)
+
+
+@given(st.integers(2, 40), seeds)
+def test_a_fixed_arity_dag_with_vector_fields_equals_reference(num_nodes, seed):
+    """Node n's two children are drawn from the nodes after it, so nodes are shared; the input
+    projection `W @ node.x` is hoisted out of the batches."""
+    rng = np.random.default_rng(seed)
+    edges = [(n, int(c)) for n in range(num_nodes - 2)
+             for c in rng.choice(np.arange(n + 1, num_nodes), 2, replace=False)]
+    forest = rj.Forest.from_edges(num_nodes, edges, fields={"x": rng.normal(size=(num_nodes, 3))})
+    p = rj.Params(W=rng.normal(size=(4, 3)), U=rng.normal(size=(4, 4)) / 2, b=rng.normal(size=4))
+    assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))

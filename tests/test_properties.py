@@ -136,3 +136,21 @@ def test_the_decorated_function_stays_the_plain_recursion():
     p = rj.Params(E=np.arange(6.0).reshape(2, 3), W=np.eye(3), b=np.zeros(3))
     h = branches_on_a_tensor_element(rj.NodeView(forest, 0), p)
     assert np.allclose(h, -np.tanh(np.arange(3.0)))
+
+
+def test_a_cell_defined_in_a_notebook_cell_is_read_from_the_line_cache():
+    """IPython compiles each cell under a pseudo file name and registers its lines in
+    linecache; that is all `inspect` needs."""
+    import linecache
+    filename = "<ipython-input-7-0123456789ab>"
+    text = ("import recjit as rj\n\n@rj.recursive_model(arity=2)\ndef cell(node, p):\n"
+            "    if node.is_leaf:\n        return p.E[node.word]\n"
+            "    return rj.tanh(cell(node.left, p)[0:2] + cell(node.right, p)[0:2])\n")
+    linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+    namespace = {}
+    exec(compile(text, filename, "exec"), namespace)
+    model = namespace["cell"]
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2))
+    result = model.run(forest, p)
+    np.testing.assert_allclose(result.roots[0], model.reference(forest, p).roots[0], rtol=1e-6)

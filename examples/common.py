@@ -55,3 +55,11 @@ def report(model, forest, params, source):
     print(f"  reference recursion:       {reference_ms:.3f} ms  "
           f"({reference_ms / compiled_ms:.1f}x slower)")
     return error
+
+
+def main(model, make_params, doc, hidden=256):
+    """An example's command line: parse, load the trees, make parameters, report."""
+    args = arguments(doc.splitlines()[0], hidden)
+    forest, source = load_trees(args.trees, args.batch)
+    vocab_size = int(forest.fields["word"].max()) + 1
+    return report(model, forest, make_params(args.hidden, vocab_size, args.dtype), source)

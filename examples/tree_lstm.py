@@ -34,13 +34,6 @@ def make_params(hidden, vocab_size, dtype="float32", seed=0):
                      b_iou=normal(3 * hidden), U_f=normal(hidden, hidden), b_f=normal(hidden))
 
 
-def main():
-    from common import arguments, load_trees, report
-    args = arguments(__doc__.splitlines()[0], hidden=256)
-    forest, source = load_trees(args.trees, args.batch)
-    vocab_size = int(forest.fields["word"].max()) + 1
-    report(tree_lstm, forest, make_params(args.hidden, vocab_size, args.dtype), source)
-
-
 if __name__ == "__main__":
-    main()
+    import common
+    common.main(tree_lstm, make_params, __doc__)

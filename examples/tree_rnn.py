@@ -23,13 +23,6 @@ def make_params(hidden, vocab_size, dtype="float32", seed=0):
                      b=rng.normal(0, scale, hidden).astype(dtype))
 
 
-def main():
-    from common import arguments, load_trees, report
-    args = arguments(__doc__.splitlines()[0], hidden=256)
-    forest, source = load_trees(args.trees, args.batch)
-    vocab_size = int(forest.fields["word"].max()) + 1
-    report(tree_rnn, forest, make_params(args.hidden, vocab_size, args.dtype), source)
-
-
 if __name__ == "__main__":
-    main()
+    import common
+    common.main(tree_rnn, make_params, __doc__)

@@ -7,7 +7,8 @@ class Schedule:
     """Scheduling choices. `hoist`: field-only work (leaf states, input projections) runs as one
     parallel pass over all nodes before the batches. `fast_math`: tanh and sigmoid use a
     branch-free rational approximation that vectorizes (max errors in docs/fast_math.md);
-    `False` calls the exact libm functions."""
+    `False` calls the exact libm functions. `row_block`: weight rows per parallel work item
+    of a matrix product."""
 
     hoist: bool = True
     fast_math: bool = True

@@ -20,7 +20,8 @@ class CpuKernel:
         states = {name: np.empty((linearized.num_nodes, size), dtype=dtype)
                   for name, size in self.kernel.states}
         scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
-                   "num_batches": linearized.num_batches, "max_batch_size": int(np.diff(linearized.batch_begin[:-1]).max(initial=0))}
+                   "num_batches": linearized.num_batches,
+                   "max_batch_size": linearized.max_batch_size}
         structure = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
                      "child_idx": linearized.child_idx}
         arguments = []

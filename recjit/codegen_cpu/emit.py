@@ -62,8 +62,11 @@ def expression(node):
 
 
 def _bound(node):
-    text = expression(node)
-    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    """An expression that stands alone (a bound, an index, a right-hand side): no outer
+    parentheses."""
+    if isinstance(node, BinOp):
+        return f"{expression(node.left)} {node.operator} {expression(node.right)}"
+    return expression(node)
 
 
 def _statements(body, depth, lines):

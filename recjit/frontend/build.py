@@ -12,7 +12,7 @@ import numpy as np
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
 from .cell_ir import CellCase, CellIR, Op
-from .names import UNRESOLVED, is_plain_function, resolve
+from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
 
 MAX_INLINE_DEPTH = 20
@@ -425,7 +425,7 @@ class Interpreter:
             if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
                 raise self.unsupported(f"`{function.__name__}` of a tensor", node)
             return function(*arguments, **keywords)
-        if is_plain_function(function) and not _from_library(function):
+        if is_user_helper(function):
             return self.inline(function, arguments, keywords, node)
         raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
@@ -513,11 +513,6 @@ def _is_number(value):
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
-def _from_library(function):
-    module = getattr(function, "__module__", "") or ""
-    return module.split(".")[0] in ("recjit", "numpy", "builtins", "math")
-
-
 def _describe(value):
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
@@ -544,7 +539,7 @@ def build_cell_ir(model, source, params, field_specs, arity):
         raise UnsupportedError("context arguments after the parameters are not compiled yet; "
                                "the compiled cell takes (node, p)", filename=source.filename,
                                lineno=source.lineno(source.tree))
-    cases, outputs = [], []
+    cases, builders = [], []
     state = None
     for num_children in (0, arity):
         builder = CaseBuilder(model, params, field_specs, num_children, state)
@@ -568,7 +563,7 @@ def build_cell_ir(model, source, params, field_specs, arity):
         name = "leaf" if num_children == 0 else "internal"
         cases.append(CellCase(name, num_children, tuple(builder.ops),
                               tuple(t.index for t in tensors)))
-        outputs.append(builder)
+        builders.append(builder)
     parameters = {}
     for case in cases:
         for op in case.ops:
@@ -581,10 +576,10 @@ def build_cell_ir(model, source, params, field_specs, arity):
     dtype = str(dtypes.pop()) if dtypes else "float64"
     fields = {op.attrs[0]: field_specs[op.attrs[0]] for case in cases for op in case.ops
               if op.kind == "field"}
-    for builder, case in zip(outputs, cases):
-        for table, field in builder.gathers:
+    for builder in builders:
+        for _, field in builder.gathers:
             fields[field] = field_specs[field]
-    gathers = tuple(sorted((case.name, table, field) for builder, case in zip(outputs, cases)
+    gathers = tuple(sorted((case.name, table, field) for builder, case in zip(builders, cases)
                            for table, field in builder.gathers))
     return CellIR(source.tree.name, tuple(cases), state[0], state[1], dtype, parameters,
                   fields, gathers, source.filename)

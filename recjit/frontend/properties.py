@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from .. import ops
 from ..errors import RecursionPropertyError, UnsupportedError
-from .names import UNRESOLVED, is_plain_function, resolve
+from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
 
 STRUCTURE = "structure"
@@ -46,7 +46,6 @@ class Usage:
 
     parameters: set = field(default_factory=set)
     fields: set = field(default_factory=set)
-    calls_self: bool = False
 
 
 class PropertyChecker:
@@ -219,7 +218,7 @@ class PropertyChecker:
         if self.model is not None and function is not UNRESOLVED and (
                 function is self.model or function is getattr(self.model, "function", None)):
             return self.recursive_call(node, arguments)
-        if is_plain_function(function) and not _is_library(function):
+        if is_user_helper(function):
             return self.inline(function, node, arguments, keywords)
         if isinstance(node.func, ast.Attribute):
             self.expr(node.func.value, env)
@@ -231,7 +230,6 @@ class PropertyChecker:
         return Abstract(value.deps)
 
     def recursive_call(self, node, arguments):
-        self.usage.calls_self = True
         for argument, syntax in zip(arguments, node.args):
             if CALL_RESULT in argument.deps:
                 raise self.error("P.3", "an argument of a recursive call depends on the result "
@@ -260,11 +258,6 @@ class PropertyChecker:
                 env[keyword.arg] = value
         returned = helper.run_body(helper_source.tree.body, env)
         return returned if returned is not None else NOTHING
-
-
-def _is_library(function):
-    module = getattr(function, "__module__", "") or ""
-    return module.split(".")[0] in ("recjit", "numpy", "builtins", "math")
 
 
 def check_properties(model, source):

@@ -158,7 +158,8 @@ class Linearized:
 
     @property
     def max_batch_size(self):
-        return int(np.diff(self.batch_begin).max()) if self.num_batches else 0
+        """The largest batch of internal nodes: what per-batch scratch arrays hold."""
+        return int(np.diff(self.batch_begin[:-1]).max(initial=0))
 
     def __str__(self):
         sizes = np.diff(self.batch_begin)
@@ -168,8 +169,8 @@ class Linearized:
 
 def _structure_error(status, culprit, forest):
     messages = {
-        BAD_CHILD_PTR: f"child_ptr is not a monotone offset array (at node {culprit}; it must start "
-                       f"at 0 and end at len(child_idx) = {forest.child_idx.size})",
+        BAD_CHILD_PTR: f"child_ptr is not a monotone offset array (at node {culprit}; it must "
+                       f"start at 0 and end at len(child_idx) = {forest.child_idx.size})",
         CHILD_OUT_OF_RANGE: f"node {culprit} has a child outside 0..{forest.num_nodes - 1}",
         ROOT_OUT_OF_RANGE: f"root #{culprit} is outside 0..{forest.num_nodes - 1}",
         TWO_PARENTS: f"node {culprit} has two parents, but a tree model needs a tree "

@@ -76,7 +76,8 @@ class ElementEmitter:
             return Load(state_name(component), (lowering.child(child), index))
         if kind == "gather":
             table, field = op.attrs
-            return Load(param_name(table), (lowering.field_value(field),) + _unflatten(index, op.shape))
+            row = lowering.field_value(field)
+            return Load(param_name(table), (row,) + _unflatten(index, op.shape))
         if kind == "field":
             return Load(field_name(op.attrs[0]), (Var("node"), index))
         if kind == "unary":
@@ -235,15 +236,16 @@ class PassLowering:
             stride = len(uses)
             allocations += [Alloc(x, (mul(self.capacity, stride), Const(columns))),
                             Alloc(y, (mul(self.capacity, stride), Const(rows)))]
-            for row, (value, vector) in enumerate(uses):
+            for row, (_, vector) in enumerate(uses):
                 pack_body += self.element_loops(
                     "k", [vector], columns,
                     lambda emitter, position, vector=vector, row=row, x=x, stride=stride: [
                         Store(x, (add(mul(Var("slot"), stride), row), Var("k")),
                               emitter.element(vector, Var("k"), position))])
-            products.append(MatMul(param_name(weight), x, y, mul(self.count, stride), self.row_block))
-            for row, (value, _) in enumerate(uses):
-                self.locations[value] = (y, stride, row, "slot")
+            products.append(MatMul(param_name(weight), x, y, mul(self.count, stride),
+                                   self.row_block))
+            for row, (product, _) in enumerate(uses):
+                self.locations[product] = (y, stride, row, "slot")
         return allocations, [self.slot_loop(pack_body)] + products
 
     def element_loops(self, variable, values, size, stores):
@@ -283,7 +285,6 @@ def lower(cell, schedule):
     states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
     row_block = schedule.row_block
     body = [Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin")))]
-    allocations = []
 
     leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},

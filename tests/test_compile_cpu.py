@@ -1,7 +1,6 @@
 """The compiled CPU kernel equals the naive recursion (`model.reference`) on generated forests
 and parameters: within 1e-5 relative in float64 (plus 1e-6 absolute for values near zero)."""
 import numpy as np
-import pytest
 from hypothesis import given, strategies as st
 
 import recjit as rj

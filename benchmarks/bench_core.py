@@ -18,27 +18,18 @@ import recjit as rj
 from recjit.linearize import linearize
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+from common import median_ms  # noqa: E402
 from tree_lstm import make_params, tree_lstm  # noqa: E402
 
 DEFAULT_TREES = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst",
                              "test.txt")
 
 
-def median_seconds(function, repeat):
-    function()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def load(path, count):
+def load(path):
+    """The PTB lines of `path`, or None where it is absent (synthetic trees stand in)."""
     if path and os.path.exists(path):
         with open(path) as handle:
-            lines = [line for line in handle if line.strip()]
-        return lines[:count] if count else lines, path
+            return [line for line in handle if line.strip()], path
     return None, "synthetic"
 
 
@@ -53,7 +44,7 @@ def main():
     parser.add_argument("--batch", type=int, default=10)
     args = parser.parse_args()
 
-    lines, source = load(args.trees, 0)
+    lines, source = load(args.trees)
     batch = forest_of(lines[:args.batch] if lines else None, args.batch)
     everything = forest_of(lines, 0)
     figures = {"machine": platform.node(), "processor": platform.processor() or platform.machine(),
@@ -61,9 +52,9 @@ def main():
                "numpy": np.__version__, "numba": numba.__version__, "trees": source,
                "hidden": args.hidden, "batch": args.batch}
 
-    figures["linearize_batch_us"] = 1e6 * median_seconds(lambda: linearize(batch), 2000)
+    figures["linearize_batch_us"] = 1e3 * median_ms(lambda: linearize(batch), 2000)
     figures["linearize_batch_nodes"] = batch.num_nodes
-    figures["linearize_all_ms"] = 1e3 * median_seconds(lambda: linearize(everything), 50)
+    figures["linearize_all_ms"] = median_ms(lambda: linearize(everything), 50)
     figures["linearize_all_trees"] = int(everything.roots.size)
     figures["linearize_all_nodes"] = everything.num_nodes
 
@@ -75,9 +66,8 @@ def main():
     reference = tree_lstm.reference(batch, p)
     figures["tree_lstm_max_abs_error"] = max(float(np.abs(a - b).max())
                                              for a, b in zip(compiled.nodes, reference.nodes))
-    figures["tree_lstm_cpu_ms"] = 1e3 * median_seconds(lambda: tree_lstm.run(batch, p), 100)
-    figures["tree_lstm_reference_ms"] = 1e3 * median_seconds(
-        lambda: tree_lstm.reference(batch, p), 10)
+    figures["tree_lstm_cpu_ms"] = median_ms(lambda: tree_lstm.run(batch, p), 100)
+    figures["tree_lstm_reference_ms"] = median_ms(lambda: tree_lstm.reference(batch, p), 10)
     figures["tree_lstm_speedup"] = figures["tree_lstm_reference_ms"] / figures["tree_lstm_cpu_ms"]
 
     print(f"trees: {source}")

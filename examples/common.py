@@ -30,6 +30,8 @@ def load_trees(path, batch):
 
 
 def median_ms(function, repeat):
+    """Median latency in ms over `repeat` calls, after one warm-up call."""
+    function()
     times = []
     for _ in range(repeat):
         start = time.perf_counter()

@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import HealthCheck, settings, strategies as st
 
 import recjit as rj
+from recjit.linearize import random_bracketing
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "examples")))
 
@@ -15,21 +16,13 @@ settings.register_profile("recjit", max_examples=25, deadline=None,
 settings.load_profile("recjit")
 
 
-def random_tree(leaves, rng, vocab_size):
-    """A random full binary tree over `leaves` leaves, as nested tuples."""
-    items = [int(w) for w in rng.integers(0, vocab_size, leaves)]
-    while len(items) > 1:
-        position = int(rng.integers(0, len(items) - 1))
-        items[position:position + 2] = [(items[position], items[position + 1])]
-    return items[0]
-
-
 @st.composite
 def binary_forests(draw, vocab_size=50, max_trees=30, max_leaves=24):
     """1–30 random binary trees, single nodes among them."""
     leaf_counts = draw(st.lists(st.integers(1, max_leaves), min_size=1, max_size=max_trees))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    return rj.Forest.from_nested([random_tree(n, rng, vocab_size) for n in leaf_counts])
+    words = [[int(w) for w in rng.integers(0, vocab_size, n)] for n in leaf_counts]
+    return rj.Forest.from_nested([random_bracketing(w, rng) for w in words])
 
 
 seeds = st.integers(0, 2**32 - 1)

@@ -576,10 +576,8 @@ def build_cell_ir(model, source, params, field_specs, arity):
     dtype = str(dtypes.pop()) if dtypes else "float64"
     fields = {op.attrs[0]: field_specs[op.attrs[0]] for case in cases for op in case.ops
               if op.kind == "field"}
-    for builder in builders:
-        for _, field in builder.gathers:
-            fields[field] = field_specs[field]
     gathers = tuple(sorted((case.name, table, field) for builder, case in zip(builders, cases)
                            for table, field in builder.gathers))
+    fields.update((field, field_specs[field]) for _, _, field in gathers)
     return CellIR(source.tree.name, tuple(cases), state[0], state[1], dtype, parameters,
                   fields, gathers, source.filename)

@@ -67,7 +67,7 @@ class Forest:
         for _ in range(num_trees):
             leaves = max(1, int(rng.poisson(mean_leaves)))
             words = [int(w) for w in rng.integers(0, vocab_size, leaves)]
-            trees.append(_random_split(words, rng))
+            trees.append(random_bracketing(words, rng))
         return cls.from_nested(trees)
 
     @classmethod
@@ -115,8 +115,9 @@ class Forest:
         return cls(child_ptr, child_idx, roots, fields, kind)
 
 
-def _random_split(words, rng):
-    """A random binary bracketing of `words`, built bottom-up without recursion."""
+def random_bracketing(words, rng):
+    """A random full binary tree (nested tuples) over `words`, built bottom-up without
+    recursion: random adjacent pairs are joined until one tree remains."""
     items = list(words)
     while len(items) > 1:
         position = int(rng.integers(0, len(items) - 1))

@@ -18,13 +18,24 @@ from .schedule import Schedule
 BACKENDS = ("cpu",)
 
 
-def recursive_model(function=None, *, arity=2, kind="tree", schedule=None):
-    """Decorate a recursive cell function `f(node, p)`; see DESIGN §1."""
+_DEFAULT_ARITY = object()
+
+
+def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedule=None):
+    """Decorate a recursive cell function `f(node, p)`; see DESIGN §1. `arity`: the children
+    of every internal node (2 by default, 1 for a sequence), or None for any number (child-sum
+    models, DAGs whose nodes have different numbers of predecessors)."""
     if kind not in ("tree", "dag", "sequence"):
         raise RecJitError(f"kind must be 'tree', 'dag' or 'sequence', not {kind!r}")
-    if not isinstance(arity, int) or arity < 1:
-        raise RecJitError(f"arity must be a positive int (children per internal node); "
-                          f"got {arity!r}")
+    if arity is _DEFAULT_ARITY:
+        arity = 1 if kind == "sequence" else 2
+    if arity is not None and (not isinstance(arity, int) or isinstance(arity, bool)
+                              or arity < 1):
+        raise RecJitError(f"arity must be a positive int (children per internal node) or "
+                          f"None (any number); got {arity!r}")
+    if kind == "sequence" and arity != 1:
+        raise RecJitError(f"a sequence model has one child per step (the previous step); "
+                          f"arity={arity!r} does not fit kind='sequence'")
 
     def decorate(cell):
         return RecursiveModel(cell, arity, kind, schedule or Schedule())
@@ -113,7 +124,7 @@ class RecursiveModel:
         """Validate the forest against the model's structure and linearize it."""
         if not isinstance(forest, Forest):
             raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
-        if forest.num_nodes:
+        if forest.num_nodes and self.arity is not None:
             children = forest.num_children
             wrong = np.flatnonzero((children != 0) & (children != self.arity))
             if wrong.size:

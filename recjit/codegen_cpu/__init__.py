@@ -21,7 +21,8 @@ class CpuKernel:
                   for name, size in self.kernel.states}
         scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
                    "num_batches": linearized.num_batches,
-                   "max_batch_size": linearized.max_batch_size}
+                   "max_batch_size": linearized.max_batch_size,
+                   "max_batch_edges": linearized.max_batch_edges}
         structure = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
                      "child_idx": linearized.child_idx}
         arguments = []

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
-from .cell_ir import CellCase, CellIR, Op
+from .cell_ir import EACH, CellCase, CellIR, Op
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
 
@@ -35,7 +35,28 @@ class Tensor:
 
 class NodeView:
     def __init__(self, child=None):
-        self.child = child  # None: the node itself; k: its k-th child
+        self.child = child  # None: the node itself; k: its k-th child; EACH: any one child
+
+
+class VariableCount:
+    """`node.num_children` of an internal node when the arity is variable: only its
+    comparisons with 0 are known."""
+
+
+class ChildLocal:
+    """A name bound inside a loop over a variable number of children to a per-child value:
+    it has no single value after the loop."""
+
+    def __init__(self, name):
+        self.name = name
+
+
+class PerChild:
+    """A generator over `node.children` with a variable arity: one value per child, whose
+    only use is `sum(...)`."""
+
+    def __init__(self, value):
+        self.value = value
 
 
 class ChildrenView:
@@ -79,12 +100,36 @@ class CaseBuilder:
 
     # values ----------------------------------------------------------------------------
     def emit(self, kind, args, attrs, shape, line):
-        key = (kind, args, attrs)
+        simplified = self.simplify(kind, args, attrs, tuple(shape), line)
+        if simplified is not None:
+            return simplified
+        key = (kind, args, attrs, tuple(shape))
         if key not in self.memo:
+            per_child = (kind == "child_state" and attrs[0] == EACH) or (
+                kind != "child_sum" and any(self.ops[a].per_child for a in args))
             self.memo[key] = len(self.ops)
-            self.ops.append(Op(kind, args, attrs, tuple(shape), line))
+            self.ops.append(Op(kind, args, attrs, tuple(shape), line, per_child))
         index = self.memo[key]
         return Tensor(index, self.ops[index].shape)
+
+    def is_zero(self, index):
+        op = self.ops[index]
+        return op.kind in ("const", "fill") and op.attrs[0] == 0.0
+
+    def simplify(self, kind, args, attrs, shape, line):
+        """Zeros propagate (DESIGN §4): a leaf's empty child sum, `0 + x`, `W @ 0` cost
+        nothing. Returns the value that replaces the op, or None."""
+        zeros = [self.is_zero(a) for a in args]
+        if not any(zeros):
+            return None
+        if kind in ("matvec", "matmul", "child_sum") or (
+                kind == "binary" and attrs[0] == "mul") or (kind == "binary" and all(zeros)):
+            return self.emit("fill" if shape else "const", (), (0.0,), shape, line)
+        if kind == "binary" and attrs[0] in ("add", "sub"):
+            other = args[1] if zeros[0] else args[0]
+            if self.ops[other].shape == shape and (attrs[0] == "add" or zeros[1]):
+                return Tensor(other, shape)
+        return None
 
     def tensor(self, value, source, node):
         if isinstance(value, Tensor):
@@ -108,7 +153,13 @@ class CaseBuilder:
                                lineno=source.lineno(source.tree))
 
     @property
+    def variable_arity(self):
+        return self.num_children is None
+
+    @property
     def case_name(self):
+        if self.num_children is None:
+            return "internal"
         return "leaf" if self.num_children == 0 else f"{self.num_children}-child"
 
 
@@ -145,6 +196,8 @@ class Interpreter:
         elif isinstance(node, ast.If):
             branch = node.body if self.concrete_bool(node.test, env) else node.orelse
             self.run_body(branch, env)
+        elif isinstance(node, ast.For) and self.over_each_child(node.iter, env):
+            self.child_loop(node, env)
         elif isinstance(node, ast.For):
             for element in self.iterate(node.iter, env):
                 self.bind(node.target, element, env)
@@ -177,9 +230,57 @@ class Interpreter:
                                "(node.is_leaf, node.num_children); branching on a field "
                                "value is not compiled", test)
 
+    def over_each_child(self, iterable, env):
+        """A loop over the children of a node whose number of children is not fixed."""
+        return self.builder.variable_arity and isinstance(self.expr(iterable, env), ChildrenView)
+
+    def child_loop(self, loop, env):
+        """`for c in node.children:` with a variable arity. The body runs once on a symbolic
+        child; a name it updates as `acc = acc + x` becomes `acc + child_sum(x)`, and a value
+        computed per child cannot be read after the loop."""
+        before = dict(env)
+        self.bind(loop.target, NodeView(EACH), env)
+        try:
+            self.run_body(loop.body, env)
+        except _Return:
+            raise self.unsupported("a `return` inside a loop over node.children is not "
+                                   "compiled with arity=None; accumulate, then return",
+                                   loop) from None
+        ops = self.builder.ops
+        for name, value in list(env.items()):
+            old = before.get(name)
+            if value is old:
+                continue
+            if isinstance(value, NodeView) or (isinstance(value, Tensor)
+                                               and ops[value.index].per_child):
+                env[name] = self.accumulated(old, value, loop) or ChildLocal(name)
+            elif isinstance(value, Tensor) and name in before:
+                raise self.unsupported(f"`{name}` changes in the loop over node.children by "
+                                       "a value that is the same for every child", loop)
+        self.run_body(loop.orelse, env)
+
+    def accumulated(self, old, value, loop):
+        """`old + child_sum(x)` when the loop body computed `value = old + x`, else None."""
+        if old is None or not isinstance(value, Tensor):
+            return None
+        builder = self.builder
+        op = builder.ops[value.index]
+        old_index = builder.tensor(old, self.source, loop).index
+        if builder.is_zero(old_index):  # `0 + x` was simplified to x
+            return builder.emit("child_sum", (value.index,), (), op.shape, op.line)
+        if op.kind != "binary" or op.attrs != ("add",) or old_index not in op.args:
+            return None
+        other = op.args[1] if op.args[0] == old_index else op.args[0]
+        total = builder.emit("child_sum", (other,), (), builder.ops[other].shape, op.line)
+        return builder.emit("binary", (old_index, total.index), ("add",), op.shape, op.line)
+
     def iterate(self, node, env):
         value = self.expr(node, env)
         if isinstance(value, ChildrenView):
+            if self.builder.variable_arity:
+                raise self.unsupported("with arity=None, node.children is only summed over "
+                                       "(`sum(... for c in node.children)` or a loop that "
+                                       "accumulates `acc = acc + ...`)", node)
             return [NodeView(k) for k in range(self.builder.num_children)]
         if isinstance(value, (tuple, list, range)):
             return list(value)
@@ -227,6 +328,8 @@ class Interpreter:
                 raise InputError(f"parameter {node.attr!r} has dtype {array.dtype}; parameters "
                                  f"must be float32 or float64 arrays")
             return ParamArray(node.attr, array)
+        if isinstance(base, (Tensor, ParamArray)) and node.attr == "shape":
+            return tuple(base.shape if isinstance(base, Tensor) else base.array.shape)
         if isinstance(base, (Tensor, ParamArray)):
             raise self.unsupported(f"tensor attribute `.{node.attr}` is not part of the cell "
                                    "language", node)
@@ -243,7 +346,10 @@ class Interpreter:
         if node.attr == "is_leaf":
             return num_children == 0
         if node.attr == "num_children":
-            return num_children
+            return VariableCount() if num_children is None else num_children
+        if node.attr in ("left", "right") and num_children is None:
+            raise self.unsupported(f"node.{node.attr} needs a fixed arity; with arity=None, "
+                                   "sum over node.children", node)
         if node.attr in ("left", "right"):
             child = 0 if node.attr == "left" else 1
             if child >= num_children:
@@ -272,6 +378,9 @@ class Interpreter:
             return self.slice(base, node, env)
         index = self.expr(node.slice, env)
         if isinstance(base, ChildrenView):
+            if self.builder.variable_arity:
+                raise self.unsupported("node.children[k] needs a fixed arity; with "
+                                       "arity=None, sum over node.children", node)
             if not isinstance(index, int) or not 0 <= index < self.builder.num_children:
                 raise self.unsupported(f"node.children[{index!r}] on a node with "
                                        f"{self.builder.num_children} children", node)
@@ -366,6 +475,9 @@ class Interpreter:
         result = True
         for operator, comparator in zip(node.ops, node.comparators):
             right = self.expr(comparator, env)
+            if isinstance(left, VariableCount) and right == 0 or (
+                    isinstance(right, VariableCount) and left == 0):
+                left, right = (1, right) if isinstance(left, VariableCount) else (left, 1)
             if not (_is_number(left) and _is_number(right)) or type(operator) not in COMPARISONS:
                 raise self.unsupported("only the node's structure (numbers known at compile "
                                        "time) can be compared", node)
@@ -381,6 +493,12 @@ class Interpreter:
         return self.expr(node.body if self.concrete_bool(node.test, env) else node.orelse, env)
 
     def expr_GeneratorExp(self, node, env):
+        generator = node.generators[0]
+        if len(node.generators) == 1 and not generator.ifs and self.over_each_child(
+                generator.iter, env):
+            inner = dict(env)
+            self.bind(generator.target, NodeView(EACH), inner)
+            return PerChild(self.expr(node.elt, inner))
         results = []
         self.comprehend(node, node.generators, dict(env), results)
         return results
@@ -463,10 +581,14 @@ class Interpreter:
         if len(arguments) != 1 or keywords or not isinstance(arguments[0], (tuple, list)):
             raise self.unsupported("rj.concat takes one list of vectors", node)
         parts = [self.builder.tensor(a, self.source, node) for a in arguments[0]]
-        if not parts or any(len(p.shape) != 1 for p in parts):
-            raise self.shape_error("rj.concat joins one or more vectors", node)
-        return self.builder.emit("concat", tuple(p.index for p in parts), (),
-                                 (sum(p.shape[0] for p in parts),), self.source.lineno(node))
+        if not parts or any(len(p.shape) not in (1, 2) or p.shape[1:] != parts[0].shape[1:]
+                            for p in parts):
+            raise self.shape_error("rj.concat joins vectors, or matrices with the same number "
+                                   "of columns (stacked as rows), not shapes "
+                                   f"{[p.shape for p in parts]}", node)
+        shape = (sum(p.shape[0] for p in parts),) + parts[0].shape[1:]
+        return self.builder.emit("concat", tuple(p.index for p in parts), (), shape,
+                                 self.source.lineno(node))
 
     def fill(self, value, arguments, keywords, node):
         shape = arguments[0] if len(arguments) == 1 and not keywords else None
@@ -476,6 +598,12 @@ class Interpreter:
         return self.builder.emit("fill", (), (value,), shape, self.source.lineno(node))
 
     def sum(self, arguments, keywords, node):
+        if len(arguments) in (1, 2) and not keywords and isinstance(arguments[0], PerChild):
+            value = self.builder.tensor(arguments[0].value, self.source, node)
+            total = self.builder.emit("child_sum", (value.index,), (), value.shape,
+                                      self.source.lineno(node))
+            return total if len(arguments) == 1 else self.binary(ast.Add(), arguments[1],
+                                                                 total, node)
         if len(arguments) not in (1, 2) or keywords or not isinstance(arguments[0], (list, tuple)):
             raise self.unsupported("sum takes a generator or list of tensors", node)
         items = list(arguments[0])
@@ -520,6 +648,13 @@ def _describe(value):
         return "a node" if value.child is None else f"child {value.child}"
     if isinstance(value, ChildrenView):
         return "node.children"
+    if isinstance(value, ChildLocal):
+        return (f"`{value.name}`, a value computed per child inside a loop over "
+                "node.children (it has no single value after the loop)")
+    if isinstance(value, PerChild):
+        return "a value per child (only sum(...) of it is compiled)"
+    if isinstance(value, VariableCount):
+        return "node.num_children (not known at compile time with arity=None)"
     if isinstance(value, ParamsView):
         return "the parameters"
     if isinstance(value, ParamArray):
@@ -541,7 +676,7 @@ def build_cell_ir(model, source, params, field_specs, arity):
                                lineno=source.lineno(source.tree))
     cases, builders = [], []
     state = None
-    for num_children in (0, arity):
+    for num_children in (0, arity):  # arity None: any number of children
         builder = CaseBuilder(model, params, field_specs, num_children, state)
         env = {arguments[0]: NodeView(), arguments[1]: ParamsView()}
         returned = builder.call(source, env)

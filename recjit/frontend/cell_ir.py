@@ -4,7 +4,9 @@ Values are SSA: operation i defines `%i`. Shapes are concrete, inferred from the
 parameters and fields. Op kinds and their `attrs`:
 
   param        (name,)              a parameter array
-  child_state  (child, component)   component of child k's state (the recursive call's result)
+  child_state  (child, component)   component of child k's state (the recursive call's result);
+                                    child "each": of any one child, with a variable arity
+  child_sum    ()                   the sum over the node's children of a per-child value
   gather       (table, field)       row `table[node.field]` of a parameter table
   field        (name,)              the node's own vector field
   const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`
@@ -12,9 +14,14 @@ parameters and fields. Op kinds and their `attrs`:
   binary       (function,)          add sub mul div maximum minimum; scalars broadcast
   matvec       ()                   matrix @ vector; `matmul` matrix @ matrix
   slice        (start, stop)        elements start..stop of a vector
-  concat       ()                   vectors joined end to end
+  concat       ()                   vectors joined end to end, or matrices stacked as rows
+
+An op is `per_child` when it reads `child_state each`: it has one value per child, and only a
+`child_sum` turns it back into a value of the node.
 """
 from dataclasses import dataclass
+
+EACH = "each"  # `child_state` of any one child, with a variable arity
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,7 @@ class Op:
     attrs: tuple
     shape: tuple
     line: int
+    per_child: bool = False
 
     @property
     def size(self):
@@ -36,7 +44,7 @@ class Op:
 @dataclass(frozen=True)
 class CellCase:
     """The cell specialised to one structural case: a leaf, or an internal node with
-    `num_children` children."""
+    `num_children` children (None: any number, the arity=None models)."""
 
     name: str
     num_children: int
@@ -44,12 +52,15 @@ class CellCase:
     outputs: tuple
 
     def __str__(self):
-        lines = [f"case {self.name} ({self.num_children} children):"]
+        count = "any number of" if self.num_children is None else self.num_children
+        lines = [f"case {self.name} ({count} children):"]
         for index, op in enumerate(self.ops):
             operands = ", ".join(f"%{a}" for a in op.args)
             attrs = ", ".join(str(a) for a in op.attrs)
             text = ", ".join(t for t in (attrs, operands) if t)
-            lines.append(f"  %{index} = {op.kind} {text}".rstrip() + f"    : {op.shape}")
+            per_child = "  per child" if op.per_child else ""
+            lines.append(f"  %{index} = {op.kind} {text}".rstrip() + f"    : {op.shape}"
+                         + per_child)
         lines.append("  return " + ", ".join(f"%{o}" for o in self.outputs))
         return "\n".join(lines)
 

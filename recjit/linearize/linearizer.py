@@ -161,6 +161,12 @@ class Linearized:
         """The largest batch of internal nodes: what per-batch scratch arrays hold."""
         return int(np.diff(self.batch_begin[:-1]).max(initial=0))
 
+    @property
+    def max_batch_edges(self):
+        """The most child edges of one batch of internal nodes: what per-child scratch holds."""
+        edges = np.diff(self.child_ptr[self.batch_begin[:-1]])
+        return int(edges.max(initial=0))
+
     def __str__(self):
         sizes = np.diff(self.batch_begin)
         return (f"Linearized: {self.num_nodes} nodes, {self.num_leaves} leaves, "

@@ -12,10 +12,11 @@
   batch, and between batches.
 """
 from ..errors import UnsupportedError
+from ..frontend.cell_ir import EACH
 from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, Kernel, Let, Load, Loop,
                    MatMul, Store, Var, add, mul)
 
-SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size")
+SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
 STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
@@ -35,18 +36,33 @@ def param_name(name):
 
 class ElementEmitter:
     """Scalar code for the elements of cell values inside one loop body. Element `index` of
-    value `%i` becomes the local `v{i}` (the cell IR's own number), computed once per body."""
+    value `%i` becomes the local `v{i}` (the cell IR's own number), computed once per body.
 
-    def __init__(self, pass_lowering):
+    Reductions open an inner loop with a child emitter: `child_sum` a loop over the node's
+    children (`scope="child"`: what is the same for every child is computed before the loop,
+    by the parent), a product with a computed matrix a loop over the contraction index
+    (`scope="dot"`)."""
+
+    def __init__(self, pass_lowering, parent=None, scope=None):
         self.pass_lowering = pass_lowering
         self.ops = pass_lowering.case.ops
+        self.parent = parent
+        self.scope = scope
+        self.used = {} if parent is None else parent.used
         self.statements = []
         self.names = {}
+
+    def fresh(self, base):
+        count = self.used.get(base, 0)
+        self.used[base] = count + 1
+        return base if count == 0 else f"{base}_{count}"
 
     def element(self, value, index, position):
         """Element `index` of `value`; `position` is a concrete element of the loop's segment,
         which decides the part of a concatenation."""
         op = self.ops[value]
+        if self.scope == "child" and not op.per_child:
+            return self.parent.element(value, index, position)
         if op.shape == ():
             index = Const(0)
         key = (value, index)
@@ -54,8 +70,7 @@ class ElementEmitter:
             return self.names[key]
         expression = self.compute(value, op, index, position)
         if isinstance(expression, (Call, BinOp)):
-            name = f"v{value}" if not any(k[0] == value for k in self.names) \
-                else f"v{value}_{sum(k[0] == value for k in self.names)}"
+            name = self.fresh(f"v{value}")
             self.statements.append(Let(name, expression))
             expression = Var(name)
         self.names[key] = expression
@@ -73,13 +88,18 @@ class ElementEmitter:
             return Const(op.attrs[0])
         if kind == "child_state":
             child, component = op.attrs
-            return Load(state_name(component), (lowering.child(child), index))
+            node = Var("child") if child == EACH else lowering.child(child)
+            return Load(state_name(component), (node, index))
+        if kind == "child_sum":
+            return self.child_sum(value, op, index, position)
+        if kind in ("matvec", "matmul"):
+            return self.dot(value, op, index, position)
         if kind == "gather":
             table, field = op.attrs
             row = lowering.field_value(field)
             return Load(param_name(table), (row,) + _unflatten(index, op.shape))
         if kind == "field":
-            return Load(field_name(op.attrs[0]), (Var("node"), index))
+            return Load(field_name(op.attrs[0]), (Var("node"),) + _unflatten(index, op.shape))
         if kind == "unary":
             argument = self.element(op.args[0], index, position)
             return Call(op.attrs[0], (argument,))
@@ -101,12 +121,57 @@ class ElementEmitter:
                 offset += size
         raise lowering.unsupported(f"`{kind}` of shape {op.shape} is not compiled yet", op)
 
+    def child_sum(self, value, op, index, position):
+        term_emitter = ElementEmitter(self.pass_lowering, self, "child")
+        term = term_emitter.element(op.args[0], index, position)
+        total = self.fresh(f"v{value}")
+        node = Var("node")
+        self.statements += [
+            Let(total, Const(0.0)),
+            Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
+                 (Let("child", Load("child_idx", (Var("edge"),))),)
+                 + tuple(term_emitter.statements)
+                 + (Let(total, BinOp("+", Var(total), term)),))]
+        return Var(total)
+
+    def dot(self, value, op, index, position):
+        """Element (i, j) of a product whose matrix is computed in the node: Σ_k A[i,k] B[k,j],
+        one loop per segment of k in which neither operand changes definition."""
+        matrix, operand = op.args
+        inner = self.ops[matrix].shape[1]
+        columns = op.shape[1] if op.kind == "matmul" else 1
+        if columns == 1:
+            row, column, row_position, column_position = index, None, position, 0
+        else:
+            row, column = BinOp("//", index, Const(columns)), BinOp("%", index, Const(columns))
+            row_position, column_position = divmod(position, columns)
+        total = self.fresh(f"v{value}")
+        self.statements.append(Let(total, Const(0.0)))
+        k = f"k{value}"
+        for low, high in contraction_segments(self.ops, matrix, operand, columns):
+            emitter = ElementEmitter(self.pass_lowering, self, "dot")
+            left = emitter.element(matrix, add(mul(row, inner), Var(k)),
+                                   row_position * inner + low)
+            right = emitter.element(operand, Var(k) if column is None else
+                                    add(mul(Var(k), columns), column),
+                                    low * columns + column_position)
+            self.statements.append(Loop(k, Const(low), Const(high), tuple(emitter.statements) + (
+                Let(total, BinOp("+", Var(total), BinOp("*", left, right))),)))
+        return Var(total)
+
 
 def _unflatten(index, shape):
+    """The multi-index of flat element `index` of an array of `shape`; `i * n + k` of an
+    array with n columns is read back as `[i, k]`."""
     if len(shape) <= 1:
         return (index,) if shape else ()
     columns = shape[-1]
-    return (BinOp("//", index, Const(columns)), BinOp("%", index, Const(columns)))
+    if isinstance(index, BinOp) and index.operator == "+" and isinstance(index.left, BinOp) \
+            and index.left.operator == "*" and index.left.right == Const(columns):
+        outer, inner = index.left.left, index.right
+    else:
+        outer, inner = BinOp("//", index, Const(columns)), BinOp("%", index, Const(columns))
+    return _unflatten(outer, shape[:-1]) + (inner,)
 
 
 def breakpoints(ops, value):
@@ -122,9 +187,24 @@ def breakpoints(ops, value):
     if op.kind == "slice":
         start, stop = op.attrs
         return {p - start for p in breakpoints(ops, op.args[0]) if start < p < stop}
-    if op.kind in ("unary", "binary"):
+    if op.kind in ("unary", "binary", "child_sum"):
         return set().union(*(breakpoints(ops, a) for a in op.args if ops[a].shape != ()))
+    if op.kind in ("matvec", "matmul"):
+        matrix = op.args[0]
+        inner = ops[matrix].shape[1]
+        columns = op.shape[1] if op.kind == "matmul" else 1
+        return {point // inner * columns for point in breakpoints(ops, matrix)
+                if point % inner == 0}
     return set()
+
+
+def contraction_segments(ops, matrix, operand, columns):
+    """Ranges of the contraction index k over which both operands keep one definition."""
+    inner = ops[matrix].shape[1]
+    points = {point % inner for point in breakpoints(ops, matrix)}
+    points |= {point // columns for point in breakpoints(ops, operand) if point % columns == 0}
+    points = sorted({0, inner} | points)
+    return list(zip(points[:-1], points[1:]))
 
 
 def segments(ops, values, size):
@@ -136,7 +216,8 @@ class PassLowering:
     """One pass over a range of nodes of one structural case: phases of packed inputs and
     matrix products, then the fused elementwise loop that stores the outputs."""
 
-    def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block):
+    def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
+                 edge_capacity=None):
         self.cell = cell
         self.case = case
         self.row_block = row_block
@@ -144,9 +225,11 @@ class PassLowering:
         self.count = count
         self.node_of_slot = node_of_slot
         self.capacity = capacity
+        self.edge_capacity = edge_capacity
         self.locations = dict(available)
         self.preamble = {}
         self.depth_memo = {}
+        self.uses_edges = False
 
     def unsupported(self, message, op):
         return UnsupportedError(message, filename=self.cell.filename, lineno=op.line)
@@ -155,8 +238,8 @@ class PassLowering:
     def matvec_location(self, value):
         if value not in self.locations:
             return None
-        array, stride, row, variable = self.locations[value]
-        return lambda index: Load(array, (add(mul(Var(variable), stride), row), index))
+        array, stride, row, slot = self.locations[value]
+        return lambda index: Load(array, (add(mul(slot, stride), row), index))
 
     def child(self, k):
         name = f"child{k}"
@@ -168,13 +251,19 @@ class PassLowering:
         return Var(f"node_{field}")
 
     # phases ----------------------------------------------------------------------------
+    def is_packed(self, value):
+        """A product of a parameter matrix: packed with its peers into one `MatMul`. Products
+        with a matrix computed in the node are dot loops in the element code instead."""
+        op = self.case.ops[value]
+        return op.kind == "matvec" and self.case.ops[op.args[0]].kind == "param"
+
     def depth(self, value):
-        """How many matrix products lie between the pass's inputs and this value."""
+        """How many packed matrix products lie between the pass's inputs and this value."""
         if value in self.locations:
             return 0
         if value not in self.depth_memo:
             op = self.case.ops[value]
-            if op.kind == "matvec":
+            if self.is_packed(value):
                 self.depth_memo[value] = 1 + self.depth(op.args[1])
             else:
                 self.depth_memo[value] = max((self.depth(a) for a in op.args), default=0)
@@ -188,13 +277,7 @@ class PassLowering:
                 continue
             seen.add(value)
             op = self.case.ops[value]
-            if op.kind == "matmul":
-                raise self.unsupported("matrix @ matrix is not compiled yet", op)
-            if op.kind == "matvec":
-                matrix = self.case.ops[op.args[0]]
-                if matrix.kind != "param":
-                    raise self.unsupported("a matrix-vector product whose matrix is computed "
-                                           "in the node is not compiled yet", op)
+            if self.is_packed(value):
                 needed.append(value)
             stack.extend(op.args)
         return sorted(needed)
@@ -221,32 +304,51 @@ class PassLowering:
             statements += phase_statements
         if outputs:
             statements.append(self.elementwise(outputs))
+        if self.uses_edges:
+            edge_base = Load("child_ptr", (Var("begin"),))
+            statements = [Let("edge_base", edge_base),
+                          Let("num_edges", BinOp("-", Load("child_ptr", (add(Var("begin"),
+                                                                              Var("count")),)),
+                                                 Var("edge_base")))] + statements
         return allocations, statements
 
     def phase(self, matvecs, phase):
-        by_weight = {}
+        """Pack the vectors of this phase's products, then one `MatMul` per weight and per
+        kind of vector: one per node (indexed by slot) or one per child (indexed by edge)."""
+        groups = {}
         for value in matvecs:
             matrix, vector = self.case.ops[value].args
-            by_weight.setdefault(self.case.ops[matrix].attrs[0], []).append((value, vector))
-        allocations, pack_body, products = [], [], []
-        for weight, uses in by_weight.items():
-            suffix = "" if phase == 1 else str(phase)
+            key = (self.case.ops[matrix].attrs[0], self.case.ops[vector].per_child)
+            groups.setdefault(key, []).append((value, vector))
+        allocations, node_packs, edge_packs, products = [], [], [], []
+        for (weight, per_child), uses in groups.items():
+            suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
             x, y = f"{self.prefix}x{suffix}_{weight}", f"{self.prefix}y{suffix}_{weight}"
             rows, columns = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
             stride = len(uses)
-            allocations += [Alloc(x, (mul(self.capacity, stride), Const(columns))),
-                            Alloc(y, (mul(self.capacity, stride), Const(rows)))]
+            capacity = self.edge_capacity if per_child else self.capacity
+            allocations += [Alloc(x, (mul(capacity, stride), Const(columns))),
+                            Alloc(y, (mul(capacity, stride), Const(rows)))]
+            slot = BinOp("-", Var("edge"), Var("edge_base")) if per_child else Var("slot")
             for row, (_, vector) in enumerate(uses):
-                pack_body += self.element_loops(
+                (edge_packs if per_child else node_packs).extend(self.element_loops(
                     "k", [vector], columns,
-                    lambda emitter, position, vector=vector, row=row, x=x, stride=stride: [
-                        Store(x, (add(mul(Var("slot"), stride), row), Var("k")),
-                              emitter.element(vector, Var("k"), position))])
-            products.append(MatMul(param_name(weight), x, y, mul(self.count, stride),
+                    lambda emitter, position, vector=vector, row=row, x=x, stride=stride,
+                    slot=slot: [Store(x, (add(mul(slot, stride), row), Var("k")),
+                                      emitter.element(vector, Var("k"), position))]))
+            count = Var("num_edges") if per_child else self.count
+            products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block))
             for row, (product, _) in enumerate(uses):
-                self.locations[product] = (y, stride, row, "slot")
-        return allocations, [self.slot_loop(pack_body)] + products
+                self.locations[product] = (y, stride, row, slot)
+        if edge_packs:
+            self.uses_edges = True
+            node = Var("node")
+            node_packs.append(Loop("edge", Load("child_ptr", (node,)),
+                                   Load("child_ptr", (add(node, 1),)),
+                                   (Let("child", Load("child_idx", (Var("edge"),))),)
+                                   + tuple(edge_packs)))
+        return allocations, [self.slot_loop(node_packs)] + products
 
     def element_loops(self, variable, values, size, stores):
         loops = []
@@ -296,21 +398,21 @@ def lower(cell, schedule):
     available = {}
     if schedule.hoist:
         recurrent = depends_on_children(internal.ops)
-        hoisted = [v for v, op in enumerate(internal.ops)
-                   if op.kind == "matvec" and not recurrent[v]]
+        hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
+                                  Var("slot"), Var("leaf_begin"), {}, row_block)
+        hoisted = [v for v in range(len(internal.ops))
+                   if hoist_pass.is_packed(v) and not recurrent[v]]
         if hoisted:
-            hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
-                                      Var("slot"), Var("leaf_begin"), {}, row_block)
             hoist_allocations, hoist_statements = hoist_pass.lower([], hoisted)
             body += [Comment("hoisted: products that read no child state, every internal "
                              "node at once")] + hoist_allocations + hoist_statements
-            available = {v: location[:3] + ("node",)
+            available = {v: location[:3] + (Var("node"),)
                          for v, location in hoist_pass.locations.items() if v in hoisted}
     body.append(Barrier("the batches read the hoisted values"))
 
     batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), available,
-                              row_block)
+                              row_block, Var("max_batch_edges"))
     batch_allocations, batch_statements = batch_pass.lower(
         [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
     batch_loop = Loop("b", BinOp("-", Var("num_batches"), Const(2)), Const(-1), tuple(

@@ -8,12 +8,14 @@ import numpy as np
 import recjit as rj
 
 SST_TEST = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst", "test.txt")
+STRUCTURES = {"tree": "trees", "dag": "DAGs", "sequence": "sequences"}
 
 
 def arguments(description, hidden):
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--hidden", type=int, default=hidden, help="hidden size")
-    parser.add_argument("--batch", type=int, default=10, help="trees per batch")
+    parser.add_argument("--batch", type=int, default=10,
+                        help="trees (grids, sequences) per batch")
     parser.add_argument("--trees", default=None,
                         help="SST trees in PTB format (default: a generated sample)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
@@ -27,6 +29,30 @@ def load_trees(path, batch):
     with open(path) as handle:
         lines = [line for _, line in zip(range(batch), handle)]
     return rj.Forest.from_ptb(lines), path
+
+
+def load_sentences(path, batch, length=100, vocab_size=1000):
+    """Word-id sequences: the sentences (leaf words in order) of the first `batch` SST trees,
+    or `batch` random sequences of `length` words."""
+    if path is None:
+        rng = np.random.default_rng(0)
+        words = rng.integers(0, vocab_size, batch * length)
+        return (rj.Forest.from_sequences([length] * batch, fields={"word": words}),
+                f"generated sequences of length {length}")
+    trees, _ = load_trees(path, batch)
+    sentences = []
+    for root in trees.roots:
+        stack, words = [int(root)], []
+        while stack:
+            node = stack.pop()
+            children = trees.children(node)
+            if children.size == 0:
+                words.append(int(trees.fields["word"][node]))
+            stack.extend(int(c) for c in children[::-1])
+        sentences.append(words)
+    return (rj.Forest.from_sequences([len(s) for s in sentences],
+                                     fields={"word": np.concatenate(sentences)}),
+            f"sentences of {path}")
 
 
 def median_ms(function, repeat):
@@ -50,7 +76,8 @@ def report(model, forest, params, source):
                 for a, b in zip(compiled.nodes, reference.nodes))
     compiled_ms = median_ms(lambda: model.run(forest, params), 30)
     reference_ms = median_ms(lambda: model.reference(forest, params), 3)
-    print(f"{model.__name__} on {forest.roots.size} trees, {forest.num_nodes} nodes ({source})")
+    print(f"{model.__name__} on {forest.roots.size} {STRUCTURES[forest.kind]}, "
+          f"{forest.num_nodes} nodes ({source})")
     print(f"  first run (compile + run): {compile_s:.2f} s")
     print(f"  max error vs reference:    {error:.2e} (|a - b| / (1 + |b|))")
     print(f"  recjit cpu:                {compiled_ms:.3f} ms")
@@ -59,9 +86,21 @@ def report(model, forest, params, source):
     return error
 
 
-def main(model, make_params, doc, hidden=256):
-    """An example's command line: parse, load the trees, make parameters, report."""
+def main(model, make_params, doc, hidden=256, make_forest=None):
+    """An example's command line: parse, build the forest (`make_forest(args)`, by default the
+    SST trees), make parameters, report."""
     args = arguments(doc.splitlines()[0], hidden)
-    forest, source = load_trees(args.trees, args.batch)
-    vocab_size = int(forest.fields["word"].max()) + 1
+    forest, source = (make_forest or (lambda a: load_trees(a.trees, a.batch)))(args)
+    words = forest.fields.get("word")
+    vocab_size = 1 if words is None else int(words.max()) + 1
     return report(model, forest, make_params(args.hidden, vocab_size, args.dtype), source)
+
+
+def initializer(hidden, dtype, seed):
+    """`normal(*shape)`: Gaussian weights with scale 1/sqrt(hidden), reproducible by seed."""
+    rng = np.random.default_rng(seed)
+
+    def normal(*shape, scale=1 / np.sqrt(hidden)):
+        return rng.normal(0, scale, shape).astype(dtype)
+
+    return normal

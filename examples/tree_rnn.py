@@ -2,9 +2,8 @@
 
     python examples/tree_rnn.py [--hidden 256] [--batch 10] [--trees ../shared/data/sst/test.txt]
 """
-import numpy as np
-
 import recjit as rj
+from common import initializer, main
 
 
 @rj.recursive_model(arity=2)
@@ -15,14 +14,10 @@ def tree_rnn(node, p):
 
 
 def make_params(hidden, vocab_size, dtype="float32", seed=0):
-    rng = np.random.default_rng(seed)
-    scale = 1 / np.sqrt(hidden)
-    return rj.Params(E=rng.normal(0, 1, (vocab_size, hidden)).astype(dtype),
-                     W=rng.normal(0, scale, (hidden, hidden)).astype(dtype),
-                     U=rng.normal(0, scale, (hidden, hidden)).astype(dtype),
-                     b=rng.normal(0, scale, hidden).astype(dtype))
+    normal = initializer(hidden, dtype, seed)
+    return rj.Params(E=normal(vocab_size, hidden, scale=1.0), W=normal(hidden, hidden),
+                     U=normal(hidden, hidden), b=normal(hidden))
 
 
 if __name__ == "__main__":
-    import common
-    common.main(tree_rnn, make_params, __doc__)
+    main(tree_rnn, make_params, __doc__)

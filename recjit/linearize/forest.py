@@ -71,6 +71,82 @@ class Forest:
         return cls.from_nested(trees)
 
     @classmethod
+    def perfect(cls, height, num_trees=1, seed=0, vocab_size=1000):
+        """Perfect binary trees of `height` (0: a single leaf), as TreeFC runs on; leaf words
+        uniform in 0..vocab_size-1. Nodes are numbered level by level, root first."""
+        if not isinstance(height, (int, np.integer)) or height < 0:
+            raise InputError(f"height must be an int >= 0, not {height!r}")
+        per_tree = 2 ** (height + 1) - 1
+        internal = 2 ** height - 1
+        offsets = np.arange(num_trees, dtype=np.int64)[:, None] * per_tree
+        local_children = np.stack([2 * np.arange(internal) + 1, 2 * np.arange(internal) + 2], 1)
+        child_idx = (local_children.reshape(1, -1) + offsets).reshape(-1)
+        counts = np.tile(np.r_[np.full(internal, 2), np.zeros(per_tree - internal)], num_trees)
+        child_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        words = np.full(num_trees * per_tree, -1, dtype=np.int64)
+        is_leaf = counts == 0
+        words[is_leaf] = np.random.default_rng(seed).integers(0, vocab_size, is_leaf.sum())
+        return cls(child_ptr, child_idx, offsets[:, 0], {"word": words}, kind="tree")
+
+    @classmethod
+    def grid_dag(cls, rows, cols, fields=None, num_grids=1):
+        """DAG-RNN's grid: cell (i, j) is node `i * cols + j` (plus `g * rows * cols` for grid
+        g) and its children are its left and upper neighbours, in that order; the root is the
+        bottom-right cell. `fields` hold num_grids * rows * cols rows."""
+        if rows < 1 or cols < 1:
+            raise InputError(f"a grid needs at least one row and one column, not {rows}x{cols}")
+        cells = rows * cols
+        i, j = np.divmod(np.arange(cells, dtype=np.int64), cols)
+        counts = (j > 0).astype(np.int64) + (i > 0)
+        left = np.where(j > 0, np.arange(cells) - 1, -1)
+        up = np.where(i > 0, np.arange(cells) - cols, -1)
+        pairs = np.stack([left, up], 1).reshape(-1)
+        offsets = np.arange(num_grids, dtype=np.int64) * cells
+        child_idx = (pairs[pairs >= 0][None, :] + offsets[:, None]).reshape(-1)
+        counts = np.tile(counts, num_grids)
+        child_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        return cls(child_ptr, child_idx, offsets + cells - 1, fields, kind="dag")
+
+    @classmethod
+    def from_sequences(cls, lengths, fields=None):
+        """Chains: step t of a sequence has one child, step t-1; the last step is the root.
+        Sequence s occupies nodes `sum(lengths[:s]) ..` in step order, and so do `fields`."""
+        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        if (lengths < 1).any():
+            raise InputError(f"sequence {int(np.flatnonzero(lengths < 1)[0])} has length "
+                             f"{int(lengths[lengths < 1][0])}; every sequence needs a step")
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        num_nodes = int(lengths.sum())
+        is_first = np.zeros(num_nodes, dtype=bool)
+        is_first[starts] = True
+        counts = (~is_first).astype(np.int64)
+        child_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        child_idx = np.flatnonzero(~is_first) - 1
+        return cls(child_ptr, child_idx, starts + lengths - 1, fields, kind="sequence")
+
+    @classmethod
+    def from_networkx(cls, graph, fields=(), kind=None):
+        """A networkx DiGraph whose edges point the way data flows: an edge u → v makes u a
+        child of v (v reads u's state), so the sinks are the roots. Node attributes named in
+        `fields` become fields; `.node_keys` lists the graph's nodes in recjit's order.
+        `kind` defaults to "tree" when no node has two successors, else "dag"."""
+        keys = list(graph.nodes)
+        index = {key: position for position, key in enumerate(keys)}
+        edges = [(index[v], index[u]) for u, v in graph.edges]
+        values = {}
+        for name in fields:
+            missing = [key for key in keys if name not in graph.nodes[key]]
+            if missing:
+                raise InputError(f"networkx node {missing[0]!r} has no attribute {name!r}")
+            values[name] = np.asarray([graph.nodes[key][name] for key in keys])
+        if kind is None:
+            shared = any(graph.out_degree(key) > 1 for key in keys)
+            kind = "dag" if shared else "tree"
+        forest = cls.from_edges(len(keys), edges, values, kind)
+        forest.node_keys = keys
+        return forest
+
+    @classmethod
     def from_ptb(cls, lines, vocab=None):
         """Trees in PTB bracket format, one per line (`(label child child)`, `(label word)`).
 

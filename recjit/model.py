@@ -114,7 +114,8 @@ class RecursiveModel:
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
                     kernel = lower(cell, schedule)
-                    compiled = Compiled(cell, kernel, CpuKernel(kernel, schedule.fast_math))
+                    fast_math = schedule.fast_math and cell.dtype == "float32"
+                    compiled = Compiled(cell, kernel, CpuKernel(kernel, fast_math))
                     self._compiled[key] = compiled
         self._latest[backend] = compiled
         return compiled

@@ -5,9 +5,9 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Schedule:
     """Scheduling choices. `hoist`: field-only work (leaf states, input projections) runs as one
-    parallel pass over all nodes before the batches. `fast_math`: tanh and sigmoid use a
-    branch-free rational approximation that vectorizes (max errors in docs/fast_math.md);
-    `False` calls the exact libm functions. `row_block`: weight rows per parallel work item
+    parallel pass over all nodes before the batches. `fast_math`: in float32 kernels, tanh and
+    sigmoid use a branch-free rational approximation that vectorizes (max errors in
+    docs/fast_math.md); `False`, and every float64 kernel, call the exact functions. `row_block`: weight rows per parallel work item
     of a matrix product."""
 
     hoist: bool = True

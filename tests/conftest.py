@@ -15,6 +15,9 @@ settings.register_profile("recjit", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recjit")
 
+seeds = st.integers(0, 2**32 - 1)
+scales = st.floats(0.1, 2.0)
+
 
 @st.composite
 def binary_forests(draw, vocab_size=50, max_trees=30, max_leaves=24):
@@ -23,10 +26,6 @@ def binary_forests(draw, vocab_size=50, max_trees=30, max_leaves=24):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     words = [[int(w) for w in rng.integers(0, vocab_size, n)] for n in leaf_counts]
     return rj.Forest.from_nested([random_bracketing(w, rng) for w in words])
-
-
-seeds = st.integers(0, 2**32 - 1)
-scales = st.floats(0.1, 2.0)
 
 
 def caterpillar(depth, vocab_size):
@@ -44,3 +43,45 @@ def assert_same_result(compiled, reference, rtol=1e-5, atol=1e-6):
     for got, want in zip(compiled.nodes + compiled.roots, reference.nodes + reference.roots):
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+@st.composite
+def nary_forests(draw, vocab_size=50, max_trees=12, max_leaves=20, max_children=6):
+    """Trees whose internal nodes have 1–`max_children` children (leaves have 0), built by
+    grouping random runs of adjacent subtrees, as child-sum models take them."""
+    leaf_counts = draw(st.lists(st.integers(1, max_leaves), min_size=1, max_size=max_trees))
+    rng = np.random.default_rng(draw(seeds))
+    trees = []
+    for count in leaf_counts:
+        items = [int(w) for w in rng.integers(0, vocab_size, count)]
+        wrap_single = bool(rng.integers(0, 2))
+        while len(items) > 1 or (wrap_single and not isinstance(items[0], tuple)):
+            size = int(rng.integers(1, min(max_children, len(items)) + 1))
+            start = int(rng.integers(0, len(items) - size + 1))
+            items[start:start + size] = [tuple(items[start:start + size])]
+        trees.append(items[0])
+    return rj.Forest.from_nested(trees)
+
+
+@st.composite
+def random_dags(draw, features, max_nodes=40, max_children=4):
+    """DAGs in which node n reads 0–`max_children` nodes numbered after it, so a node has
+    several parents; a vector field `x` of `features` per node."""
+    num_nodes = draw(st.integers(1, max_nodes))
+    rng = np.random.default_rng(draw(seeds))
+    edges = []
+    for node in range(num_nodes - 1):
+        later = np.arange(node + 1, num_nodes)
+        count = int(rng.integers(0, min(max_children, later.size) + 1))
+        edges += [(node, int(c)) for c in rng.choice(later, count, replace=False)]
+    x = rng.normal(size=(num_nodes, features))
+    return rj.Forest.from_edges(num_nodes, edges, fields={"x": x}, kind="dag")
+
+
+@st.composite
+def word_sequences(draw, vocab_size=50, max_length=300, max_sequences=4):
+    """1–4 chains of 1–300 steps with a word per step."""
+    lengths = draw(st.lists(st.integers(1, max_length), min_size=1, max_size=max_sequences))
+    rng = np.random.default_rng(draw(seeds))
+    return rj.Forest.from_sequences(lengths, fields={"word": rng.integers(0, vocab_size,
+                                                                          sum(lengths))})

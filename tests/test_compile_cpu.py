@@ -150,3 +150,28 @@ def test_a_fixed_arity_dag_with_vector_fields_equals_reference(num_nodes, seed):
     forest = rj.Forest.from_edges(num_nodes, edges, fields={"x": rng.normal(size=(num_nodes, 3))})
     p = rj.Params(W=rng.normal(size=(4, 3)), U=rng.normal(size=(4, 4)) / 2, b=rng.normal(size=4))
     assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))
+
+
+@rj.recursive_model(arity=3)
+def ternary(node, p):
+    """Fixed arity 3: children by index, and a loop that unrolls over exactly three."""
+    if node.is_leaf:
+        return p.E[node.word]
+    first, last = ternary(node.children[0], p), ternary(node.children[2], p)
+    total = rj.zeros(p.b.shape)
+    for child in node.children:
+        total = total + rj.tanh(p.U @ ternary(child, p))
+    return rj.tanh(p.W @ (first - last) + total / node.num_children + p.b)
+
+
+def ternary_forests(draw_words):
+    return rj.Forest.from_nested([((1, 2, 3), 4, (5, (6, 7, 8), 9)), (draw_words, 1, 2)])
+
+
+@given(st.integers(0, VOCAB - 1), seeds)
+def test_a_fixed_arity_3_model_reads_children_by_index_and_loops_over_them(word, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
+                  U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
+    forest = ternary_forests(word)
+    assert_same_result(ternary.run(forest, p), ternary.reference(forest, p))

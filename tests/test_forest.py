@@ -1,4 +1,5 @@
 """Forest constructors."""
+import networkx
 import numpy as np
 import pytest
 
@@ -48,3 +49,50 @@ def test_from_edges_keeps_edge_order_and_finds_roots():
 def test_a_field_of_the_wrong_length_is_refused():
     with pytest.raises(rj.InputError, match="field 'x' has shape"):
         rj.Forest.from_edges(3, [(0, 1)], fields={"x": np.ones(2)})
+
+
+def test_perfect_trees_have_every_leaf_at_the_given_height():
+    forest = rj.Forest.perfect(3, num_trees=2, vocab_size=7)
+    assert forest.num_nodes == 2 * 15 and forest.roots.tolist() == [0, 15]
+    assert forest.children(15).tolist() == [16, 17]
+    linearized = rj.linearize.linearize(forest)
+    assert np.diff(linearized.batch_begin).tolist() == [2, 4, 8, 16]
+    words = forest.fields["word"]
+    assert (words[forest.num_children == 0] >= 0).all() and (words < 7).all()
+    assert (words[forest.num_children > 0] == -1).all()
+
+
+def test_a_grid_dag_cell_reads_its_left_and_upper_neighbours():
+    forest = rj.Forest.grid_dag(3, 4, num_grids=2)
+    assert forest.kind == "dag" and forest.roots.tolist() == [11, 23]
+    assert forest.children(0).tolist() == []
+    assert forest.children(2).tolist() == [1]
+    assert forest.children(4).tolist() == [0]
+    assert forest.children(5).tolist() == [4, 1]
+    assert forest.children(12 + 5).tolist() == [12 + 4, 12 + 1]
+    assert rj.linearize.linearize(forest, single_parent=False).num_batches == 3 + 4 - 1
+
+
+def test_sequences_chain_each_step_to_the_previous_one():
+    forest = rj.Forest.from_sequences([3, 1, 2], fields={"word": [5, 6, 7, 8, 9, 10]})
+    assert forest.kind == "sequence"
+    assert forest.roots.tolist() == [2, 3, 5]
+    assert [forest.children(n).tolist() for n in range(6)] == [[], [0], [1], [], [], [4]]
+    with pytest.raises(rj.InputError, match="sequence 1 has length 0"):
+        rj.Forest.from_sequences([2, 0])
+
+
+def test_from_networkx_makes_an_edge_u_to_v_a_child_u_of_v():
+    graph = networkx.DiGraph()
+    graph.add_nodes_from([("a", {"x": [1.0]}), ("b", {"x": [2.0]}), ("c", {"x": [3.0]}),
+                          ("d", {"x": [4.0]})])
+    graph.add_edges_from([("a", "b"), ("a", "c"), ("b", "d"), ("c", "d")])
+    forest = rj.Forest.from_networkx(graph, fields=["x"])
+    assert forest.kind == "dag" and forest.node_keys == ["a", "b", "c", "d"]
+    assert forest.roots.tolist() == [3]
+    assert forest.children(3).tolist() == [1, 2] and forest.children(1).tolist() == [0]
+    assert forest.fields["x"][:, 0].tolist() == [1.0, 2.0, 3.0, 4.0]
+    tree = rj.Forest.from_networkx(networkx.DiGraph([("a", "b"), ("c", "b")]))
+    assert tree.kind == "tree"
+    with pytest.raises(rj.InputError, match="no attribute 'x'"):
+        rj.Forest.from_networkx(networkx.DiGraph([("a", "b")]), fields=["x"])

@@ -112,8 +112,33 @@ def branches_on_a_field(node, p):
     return branches_on_a_field(node.left, p) + branches_on_a_field(node.right, p)
 
 
+@rj.recursive_model(arity=None)
+def reads_node_left_with_any_arity(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return reads_node_left_with_any_arity(node.left, p)  # <- error
+
+
+@rj.recursive_model(arity=None)
+def reads_a_per_child_value_after_the_loop(node, p):
+    total = rj.zeros(3)
+    for child in node.children:
+        h = reads_a_per_child_value_after_the_loop(child, p)
+        total = total + h
+    return total * h  # <- error
+
+
+@rj.recursive_model(arity=None)
+def returns_inside_the_children_loop(node, p):
+    for child in node.children:  # <- error
+        return returns_inside_the_children_loop(child, p)
+    return p.E[node.word]
+
+
 @pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
-                                   branches_on_a_field])
+                                   branches_on_a_field, reads_node_left_with_any_arity,
+                                   reads_a_per_child_value_after_the_loop,
+                                   returns_inside_the_children_loop])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
     forest = rj.Forest.from_nested([(0, 1)])
     p = rj.Params(E=np.ones((5, 3)), W=np.ones((3, 3)))

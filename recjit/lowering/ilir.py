@@ -115,6 +115,8 @@ def add(left, right):
     if isinstance(left, BinOp) and left.operator == "+" and isinstance(left.right, Const) \
             and isinstance(right, Const):
         return add(left.left, Const(left.right.value + right.value))
+    if isinstance(right, Const) and right.value < 0:
+        return BinOp("-", left, Const(-right.value))
     return BinOp("+", left, right)
 
 

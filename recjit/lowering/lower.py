@@ -160,6 +160,15 @@ class ElementEmitter:
         return Var(total)
 
 
+def _packed_index(slot, stride, row, columns, index):
+    """Where element `index` (flat) of a packed operand goes: vector elements along a row of
+    the scratch, a matrix operand's column j in row `row + j`."""
+    if columns == 1:
+        return (add(mul(slot, stride), row), index)
+    return (add(add(mul(slot, stride), row), BinOp("%", index, Const(columns))),
+            BinOp("//", index, Const(columns)))
+
+
 def _unflatten(index, shape):
     """The multi-index of flat element `index` of an array of `shape`; `i * n + k` of an
     array with n columns is read back as `[i, k]`."""
@@ -238,8 +247,12 @@ class PassLowering:
     def matvec_location(self, value):
         if value not in self.locations:
             return None
-        array, stride, row, slot = self.locations[value]
-        return lambda index: Load(array, (add(mul(slot, stride), row), index))
+        array, stride, row, slot, columns = self.locations[value]
+        if columns == 1:
+            return lambda index: Load(array, (add(mul(slot, stride), row), index))
+        return lambda index: Load(array, (
+            add(add(mul(slot, stride), row), BinOp("%", index, Const(columns))),
+            BinOp("//", index, Const(columns))))
 
     def child(self, k):
         name = f"child{k}"
@@ -252,10 +265,11 @@ class PassLowering:
 
     # phases ----------------------------------------------------------------------------
     def is_packed(self, value):
-        """A product of a parameter matrix: packed with its peers into one `MatMul`. Products
-        with a matrix computed in the node are dot loops in the element code instead."""
+        """A product of a parameter matrix: packed with its peers into one `MatMul`, a matrix
+        operand as one packed vector per column. Products with a matrix computed in the node
+        are dot loops in the element code instead."""
         op = self.case.ops[value]
-        return op.kind == "matvec" and self.case.ops[op.args[0]].kind == "param"
+        return op.kind in ("matvec", "matmul") and self.case.ops[op.args[0]].kind == "param"
 
     def depth(self, value):
         """How many packed matrix products lie between the pass's inputs and this value."""
@@ -324,23 +338,26 @@ class PassLowering:
         for (weight, per_child), uses in groups.items():
             suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
             x, y = f"{self.prefix}x{suffix}_{weight}", f"{self.prefix}y{suffix}_{weight}"
-            rows, columns = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
-            stride = len(uses)
+            rows, inner = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
+            widths = [self.case.ops[value].shape[1:] or (1,) for value, _ in uses]
+            stride = sum(width[0] for width in widths)
             capacity = self.edge_capacity if per_child else self.capacity
-            allocations += [Alloc(x, (mul(capacity, stride), Const(columns))),
+            allocations += [Alloc(x, (mul(capacity, stride), Const(inner))),
                             Alloc(y, (mul(capacity, stride), Const(rows)))]
             slot = BinOp("-", Var("edge"), Var("edge_base")) if per_child else Var("slot")
-            for row, (_, vector) in enumerate(uses):
+            row = 0
+            for (product, operand), (columns,) in zip(uses, widths):
                 (edge_packs if per_child else node_packs).extend(self.element_loops(
-                    "k", [vector], columns,
-                    lambda emitter, position, vector=vector, row=row, x=x, stride=stride,
-                    slot=slot: [Store(x, (add(mul(slot, stride), row), Var("k")),
-                                      emitter.element(vector, Var("k"), position))]))
+                    "k", [operand], inner * columns,
+                    lambda emitter, position, operand=operand, row=row, x=x, stride=stride,
+                    slot=slot, columns=columns: [Store(x, _packed_index(
+                        slot, stride, row, columns, Var("k")), emitter.element(
+                        operand, Var("k"), position))]))
+                self.locations[product] = (y, stride, row, slot, columns)
+                row += columns
             count = Var("num_edges") if per_child else self.count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block))
-            for row, (product, _) in enumerate(uses):
-                self.locations[product] = (y, stride, row, slot)
         if edge_packs:
             self.uses_edges = True
             node = Var("node")
@@ -406,7 +423,7 @@ def lower(cell, schedule):
             hoist_allocations, hoist_statements = hoist_pass.lower([], hoisted)
             body += [Comment("hoisted: products that read no child state, every internal "
                              "node at once")] + hoist_allocations + hoist_statements
-            available = {v: location[:3] + (Var("node"),)
+            available = {v: location[:3] + (Var("node"),) + location[4:]
                          for v, location in hoist_pass.locations.items() if v in hoisted}
     body.append(Barrier("the batches read the hoisted values"))
 

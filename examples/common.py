@@ -99,8 +99,9 @@ def main(model, make_params, doc, hidden=256, make_forest=None):
 def initializer(hidden, dtype, seed):
     """`normal(*shape)`: Gaussian weights with scale 1/sqrt(hidden), reproducible by seed."""
     rng = np.random.default_rng(seed)
+    default_scale = 1 / np.sqrt(hidden)
 
-    def normal(*shape, scale=1 / np.sqrt(hidden)):
+    def normal(*shape, scale=default_scale):
         return rng.normal(0, scale, shape).astype(dtype)
 
     return normal

@@ -1,7 +1,7 @@
 """DAG-RNN on 10x10 grids (Cortex Table 2): every cell reads its left and upper neighbours,
 h = relu(W x + U Σ_pred h_pred + b), with a feature vector x per cell.
 
-    python examples/dag_rnn.py [--hidden 256] [--batch 10]
+    python examples/dag_rnn.py [--hidden 256] [--batch 10 grids]
 """
 import numpy as np
 
@@ -29,7 +29,11 @@ def grids(num_grids, hidden, rows=ROWS, cols=COLS, dtype="float32", seed=0):
                               num_grids=num_grids)
 
 
+def grid_forest(args):
+    if args.trees is not None:
+        raise SystemExit("dag_rnn runs on grids; --trees does not apply")
+    return grids(args.batch, args.hidden, dtype=args.dtype), f"{ROWS}x{COLS} grids"
+
+
 if __name__ == "__main__":
-    main(dag_rnn, make_params, __doc__,
-         make_forest=lambda args: (grids(args.batch, args.hidden, dtype=args.dtype),
-                                   f"{ROWS}x{COLS} grids"))
+    main(dag_rnn, make_params, __doc__, make_forest=grid_forest)

@@ -129,6 +129,14 @@ def reads_a_per_child_value_after_the_loop(node, p):
 
 
 @rj.recursive_model(arity=None)
+def overwrites_instead_of_summing(node, p):
+    last = 0
+    for child in node.children:
+        last = overwrites_instead_of_summing(child, p) * 2
+    return rj.ones(3) + last  # <- error
+
+
+@rj.recursive_model(arity=None)
 def returns_inside_the_children_loop(node, p):
     for child in node.children:  # <- error
         return returns_inside_the_children_loop(child, p)
@@ -138,6 +146,7 @@ def returns_inside_the_children_loop(node, p):
 @pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
                                    branches_on_a_field, reads_node_left_with_any_arity,
                                    reads_a_per_child_value_after_the_loop,
+                                   overwrites_instead_of_summing,
                                    returns_inside_the_children_loop])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
     forest = rj.Forest.from_nested([(0, 1)])

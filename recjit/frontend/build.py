@@ -6,6 +6,7 @@ every loop over the children resolves statically, and only tensor operations rem
 from the actual parameters and fields, so a shape error names the user's line."""
 import ast
 import builtins
+from collections import Counter
 
 import numpy as np
 
@@ -247,13 +248,15 @@ class Interpreter:
                                    "compiled with arity=None; accumulate, then return",
                                    loop) from None
         ops = self.builder.ops
+        sums = accumulators(loop.body)
         for name, value in list(env.items()):
             old = before.get(name)
             if value is old:
                 continue
             if isinstance(value, NodeView) or (isinstance(value, Tensor)
                                                and ops[value.index].per_child):
-                env[name] = self.accumulated(old, value, loop) or ChildLocal(name)
+                total = self.accumulated(old, value, loop) if name in sums else None
+                env[name] = ChildLocal(name) if total is None else total
             elif isinstance(value, Tensor) and name in before:
                 raise self.unsupported(f"`{name}` changes in the loop over node.children by "
                                        "a value that is the same for every child", loop)
@@ -635,6 +638,31 @@ class Interpreter:
             raise self.unsupported(f"helper {function.__name__} is missing arguments {missing}",
                                    node)
         return self.builder.call(source, env, self.depth + 1)
+
+
+def accumulators(body):
+    """Names that a loop body only updates as `acc = acc + x` or `acc += x`, and reads
+    nowhere else: the sums over the children."""
+    assignments, sums, reads, read_by_sums = Counter(), Counter(), Counter(), Counter()
+    for node in (inner for statement in body for inner in ast.walk(statement)):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                reads[node.id] += 1
+            else:
+                assignments[node.id] += 1
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                and isinstance(node.op, ast.Add):
+            sums[node.target.id] += 1
+        elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add):
+            name = node.targets[0].id
+            operands = (node.value.left, node.value.right)
+            if any(isinstance(o, ast.Name) and o.id == name for o in operands):
+                sums[name] += 1
+                read_by_sums[name] += 1
+    return {name for name, count in sums.items()
+            if count == assignments[name] and reads[name] == read_by_sums[name]}
 
 
 def _is_number(value):

@@ -28,6 +28,7 @@ test: $(VENV)/.installed-test
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py
+	$(BIN)/python benchmarks/bench.py
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

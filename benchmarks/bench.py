@@ -1,0 +1,261 @@
+"""The side-by-side benchmark (DESIGN §8): every model of the zoo against the peers a user
+would run instead, in one process, on the same parameters and inputs.
+
+    python benchmarks/bench.py [--trees ../shared/data/sst/test.txt] [--quick]
+                               [--models tree_lstm,...] [--machine NAME]
+
+Every peer's roots are checked against the naive recursion before it is timed. Latency is the
+median over batches after a warm-up batch; recjit's compile and linearization times are reported
+apart. Writes benchmarks/results/<machine>.json, .md and .png (latency against hidden size).
+This is a benchmark, never a test: nothing here asserts a timing."""
+import argparse
+import importlib
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+import recjit as rj
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+sys.path.insert(0, HERE)
+DEFAULT_TREES = os.path.join(HERE, "..", "..", "shared", "data", "sst", "test.txt")
+PEER_MODULES = {"pytorch eager": ("peers.torch_peers", "EAGER"),
+                "pytorch level-batched": ("peers.torch_peers", "LEVELS"),
+                "dynet autobatch": ("peers.dynet_peers", "AUTOBATCH")}
+TOLERANCE = {"rtol": 2e-3, "atol": 2e-4}  # float32 peers, each with its own summation order
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A model of DESIGN §7: its example module, its structure, its hidden sizes (hs, hl)."""
+
+    name: str
+    structure: str  # "sst", "perfect", "grid" or "sequence"
+    hidden: tuple
+
+
+ZOO = [Benchmark("tree_fc", "perfect", (256, 512)), Benchmark("tree_rnn", "sst", (256, 512)),
+       Benchmark("dag_rnn", "grid", (256, 512)), Benchmark("tree_gru", "sst", (256, 512)),
+       Benchmark("simple_tree_gru", "sst", (256, 512)),
+       Benchmark("tree_lstm", "sst", (256, 512)), Benchmark("mv_rnn", "sst", (64, 128)),
+       Benchmark("lstm", "sequence", (256,)), Benchmark("gru", "sequence", (256,))]
+
+
+def batches(benchmark, trees, batch, count, hidden):
+    """`count` forests of `batch` trees (grids, sequences) each."""
+    if benchmark.structure == "perfect":
+        return [rj.Forest.perfect(7, num_trees=batch, seed=s) for s in range(count)]
+    if benchmark.structure == "grid":
+        dag_rnn = importlib.import_module("dag_rnn")
+        return [dag_rnn.grids(batch, hidden, seed=s) for s in range(count)]
+    if benchmark.structure == "sequence":
+        rng = np.random.default_rng(0)
+        return [rj.Forest.from_sequences([100] * batch,
+                                         fields={"word": rng.integers(0, 1000, 100 * batch)})
+                for _ in range(count)]
+    if trees is None:
+        return [rj.Forest.random_binary(batch, seed=s) for s in range(count)]
+    return [rj.Forest.from_ptb(trees[s * batch:(s + 1) * batch], vocab=VOCAB)
+            for s in range(count)]
+
+
+VOCAB = {}
+
+
+def flops(cell, linearized):
+    """Multiply-adds ×2 of the matrix products the cell does on this forest."""
+    internal, edges = linearized.leaf_begin, int(linearized.child_ptr[linearized.leaf_begin])
+    total = 0
+    for case in cell.cases:
+        for op in case.ops:
+            if op.kind not in ("matvec", "matmul"):
+                continue
+            rows, inner = case.ops[op.args[0]].shape
+            work = 2 * rows * inner * (op.shape[1] if op.kind == "matmul" else 1)
+            count = (linearized.num_leaves if case.name == "leaf"
+                     else edges if op.per_child else internal)
+            total += work * count
+    return total
+
+
+def matmul_roof():
+    """The machine's float32 matrix-multiply rate (NumPy's BLAS, 2048²), in GFLOP/s."""
+    a = np.random.default_rng(0).normal(size=(2048, 2048)).astype(np.float32)
+    seconds = median_seconds([lambda: a @ a] * 5)
+    return 2 * 2048 ** 3 / seconds / 1e9
+
+
+def median_seconds(calls):
+    """Median time of the calls after the first (the warm-up)."""
+    calls[0]()
+    times = []
+    for call in calls[1:] or calls:
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def peers(name):
+    """{peer: factory or the reason it is absent}, NumPy's naive recursion aside."""
+    found = {}
+    for peer, (module_name, table) in PEER_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as error:
+            found[peer] = f"absent: {error.name or error} is not installed"
+            continue
+        found[peer] = getattr(module, table).get(name, "absent: no implementation yet")
+    return found
+
+
+def measure(benchmark, hidden, batch, forests, repeat):
+    module = importlib.import_module(benchmark.name)
+    model = getattr(module, benchmark.name)
+    vocab_size = max(int(f.fields["word"].max()) + 1 for f in forests) \
+        if "word" in forests[0].fields else 1
+    p = module.make_params(hidden, vocab_size, "float32")
+    start = time.perf_counter()
+    model.run(forests[0], p)
+    compile_s = time.perf_counter() - start
+    references = [model.reference(f, p).roots[0] for f in forests]
+    linearize_s = median_seconds([lambda f=f: model.linearize(f) for f in forests] * repeat)
+    cell = model.compile(forests[0], p).cell
+    work = float(np.mean([flops(cell, model.linearize(f)) for f in forests]))
+    row = {"model": benchmark.name, "hidden": hidden, "batch": batch,
+           "nodes": float(np.mean([f.num_nodes for f in forests])),
+           "compile_s": compile_s, "linearize_ms": 1e3 * linearize_s, "gflop": work / 1e9,
+           "ms": {}, "absent": {}, "max_error": {}}
+    candidates = {"recjit cpu": lambda f: (lambda: model.run(f, p).roots[0]),
+                  "numpy recursion": lambda f: (lambda: model.reference(f, p).roots[0])}
+    for peer, factory in peers(benchmark.name).items():
+        if isinstance(factory, str):
+            row["absent"][peer] = factory
+        else:
+            candidates[peer] = lambda f, factory=factory: factory(f, p)
+    for peer, factory in candidates.items():
+        runs = [factory(f) for f in forests]
+        errors = [np.max(np.abs(run() - ref) / (1 + np.abs(ref)))
+                  for run, ref in zip(runs, references)]
+        for run, ref in zip(runs, references):
+            np.testing.assert_allclose(run(), ref, err_msg=f"{peer} disagrees with the "
+                                       f"reference on {benchmark.name}", **TOLERANCE)
+        row["max_error"][peer] = float(max(errors))
+        row["ms"][peer] = 1e3 * median_seconds([run for run in runs] * repeat)
+    recjit_ms = row["ms"]["recjit cpu"]
+    row["gflops"] = work / (recjit_ms / 1e3) / 1e9
+    row["speedup"] = {peer: ms / recjit_ms for peer, ms in row["ms"].items()
+                      if peer != "recjit cpu"}
+    return row
+
+
+def markdown(results):
+    peer_names = sorted({peer for row in results["rows"] for peer in row["ms"]}
+                        - {"recjit cpu"})
+    lines = [f"# recjit benchmark: {results['machine']}", "",
+             f"{results['cpu']}; numba {results['versions']['numba']}, NumPy "
+             f"{results['versions']['numpy']}; float32 matmul roof "
+             f"{results['matmul_gflops']:.0f} GFLOP/s. Median ms per batch; in brackets, "
+             "how many times slower than recjit.", "",
+             "| model | hidden | batch | recjit cpu | GFLOP/s | compile s | linearize ms | "
+             + " | ".join(peer_names) + " |",
+             "|---" * (7 + len(peer_names)) + "|"]
+    for row in results["rows"]:
+        cells = [f"{row['ms'][p]:.2f} ({row['speedup'][p]:.1f}x)" if p in row["ms"]
+                 else "absent" for p in peer_names]
+        lines.append(f"| {row['model']} | {row['hidden']} | {row['batch']} | "
+                     f"{row['ms']['recjit cpu']:.3f} | {row['gflops']:.1f} | "
+                     f"{row['compile_s']:.2f} | {row['linearize_ms']:.3f} | "
+                     + " | ".join(cells) + " |")
+    absent = {(peer, reason) for row in results["rows"] for peer, reason in row["absent"].items()}
+    lines += [""] + [f"- {peer}: {reason}" for peer, reason in sorted(absent)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    models = sorted({row["model"] for row in results["rows"]})
+    all_peers = sorted({peer for row in results["rows"] for peer in row["ms"]})
+    colours = dict(zip(all_peers, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    columns = 3
+    figure, axes = plt.subplots((len(models) + columns - 1) // columns, columns,
+                                figsize=(11, 3 * ((len(models) + columns - 1) // columns)),
+                                squeeze=False)
+    for axis, name in zip(axes.flat, models):
+        rows = [r for r in results["rows"] if r["model"] == name and r["batch"] == 10]
+        for peer in all_peers:
+            points = sorted((r["hidden"], r["ms"][peer]) for r in rows if peer in r["ms"])
+            if points:
+                axis.plot(*zip(*points), marker="o", label=peer, color=colours[peer])
+        axis.set_title(f"{name}, batch 10", fontsize=9)
+        axis.set_xlabel("hidden", fontsize=8)
+        axis.set_ylabel("ms per batch", fontsize=8)
+        axis.set_yscale("log")
+    for axis in list(axes.flat)[len(models):]:
+        axis.axis("off")
+    handles = [plt.Line2D([], [], color=colours[p], marker="o") for p in all_peers]
+    figure.legend(handles, all_peers, loc="lower center", ncol=len(all_peers), fontsize=8)
+    figure.tight_layout(rect=(0, 0.05, 1, 1))
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=DEFAULT_TREES)
+    parser.add_argument("--quick", action="store_true", help="hs only, fewer batches (< 2 min)")
+    parser.add_argument("--models", default=",".join(b.name for b in ZOO))
+    parser.add_argument("--machine", default=f"cpu-{os.cpu_count()}core")
+    args = parser.parse_args()
+    trees = None
+    if args.trees and os.path.exists(args.trees):
+        with open(args.trees) as handle:
+            trees = [line for line in handle if line.strip()]
+    count, repeat = (4, 1) if args.quick else (20, 3)
+    results = {"machine": args.machine, "cpu": f"{platform.processor() or platform.machine()}, "
+               f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
+               "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                            "numba": numba.__version__, "recjit": rj.__version__},
+               "matmul_gflops": matmul_roof(), "rows": []}
+    print(f"float32 matmul roof: {results['matmul_gflops']:.0f} GFLOP/s")
+    for benchmark in ZOO:
+        if benchmark.name not in args.models.split(","):
+            continue
+        for hidden in benchmark.hidden[:1] if args.quick else benchmark.hidden:
+            for batch in (1, 10):
+                forests = batches(benchmark, trees, batch, count, hidden)
+                row = measure(benchmark, hidden, batch, forests, repeat)
+                results["rows"].append(row)
+                print(f"{row['model']:>16} h{hidden:<4} b{batch:<3} recjit "
+                      f"{row['ms']['recjit cpu']:8.3f} ms {row['gflops']:6.1f} GFLOP/s | "
+                      + "  ".join(f"{peer} {ms:.2f} ms ({row['speedup'][peer]:.1f}x)"
+                                  for peer, ms in row["ms"].items() if peer != "recjit cpu"),
+                      flush=True)
+    for module in ("torch", "dynet"):
+        try:
+            results["versions"][module] = importlib.import_module(module).__version__
+        except (ImportError, AttributeError):
+            results["versions"][module] = "absent"
+    base = os.path.join(HERE, "results", args.machine)
+    with open(base + ".json", "w") as handle:
+        json.dump(results, handle, indent=1)
+    with open(base + ".md", "w") as handle:
+        handle.write(markdown(results))
+    plotted = plot(results, base + ".png")
+    print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
+
+
+if __name__ == "__main__":
+    main()

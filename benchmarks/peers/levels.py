@@ -1,7 +1,5 @@
 """Levels of a forest for the level-batched peers. They use recjit's linearizer (about 15 µs for
 10 SST trees), the cheapest preprocessing there is, so the comparison favours the peer."""
-import numpy as np
-
 from recjit.linearize import linearize
 
 

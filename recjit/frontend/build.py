@@ -268,14 +268,20 @@ class Interpreter:
             return None
         builder = self.builder
         op = builder.ops[value.index]
-        old_index = builder.tensor(old, self.source, loop).index
-        if builder.is_zero(old_index):  # `0 + x` was simplified to x
-            return builder.emit("child_sum", (value.index,), (), op.shape, op.line)
-        if op.kind != "binary" or op.attrs != ("add",) or old_index not in op.args:
+        old = builder.tensor(old, self.source, loop)
+        if builder.is_zero(old.index):  # `0 + x` was simplified to x
+            term = value.index
+        elif op.kind == "binary" and op.attrs == ("add",) and old.index in op.args:
+            term = op.args[1] if op.args[0] == old.index else op.args[0]
+        else:
             return None
-        other = op.args[1] if op.args[0] == old_index else op.args[0]
-        total = builder.emit("child_sum", (other,), (), builder.ops[other].shape, op.line)
-        return builder.emit("binary", (old_index, total.index), ("add",), op.shape, op.line)
+        return self.sum_over_children(Tensor(term, builder.ops[term].shape), old, loop)
+
+    def sum_over_children(self, term, start, node):
+        """`start + Σ_children term`; the sum alone when `start` is None."""
+        total = self.builder.emit("child_sum", (term.index,), (), term.shape,
+                                  self.source.lineno(node))
+        return total if start is None else self.binary(ast.Add(), start, total, node)
 
     def iterate(self, node, env):
         value = self.expr(node, env)
@@ -602,11 +608,9 @@ class Interpreter:
 
     def sum(self, arguments, keywords, node):
         if len(arguments) in (1, 2) and not keywords and isinstance(arguments[0], PerChild):
-            value = self.builder.tensor(arguments[0].value, self.source, node)
-            total = self.builder.emit("child_sum", (value.index,), (), value.shape,
-                                      self.source.lineno(node))
-            return total if len(arguments) == 1 else self.binary(ast.Add(), arguments[1],
-                                                                 total, node)
+            term = self.builder.tensor(arguments[0].value, self.source, node)
+            return self.sum_over_children(term, arguments[1] if len(arguments) == 2 else None,
+                                          node)
         if len(arguments) not in (1, 2) or keywords or not isinstance(arguments[0], (list, tuple)):
             raise self.unsupported("sum takes a generator or list of tensors", node)
         items = list(arguments[0])

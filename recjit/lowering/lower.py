@@ -125,13 +125,8 @@ class ElementEmitter:
         term_emitter = ElementEmitter(self.pass_lowering, self, "child")
         term = term_emitter.element(op.args[0], index, position)
         total = self.fresh(f"v{value}")
-        node = Var("node")
-        self.statements += [
-            Let(total, Const(0.0)),
-            Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
-                 (Let("child", Load("child_idx", (Var("edge"),))),)
-                 + tuple(term_emitter.statements)
-                 + (Let(total, BinOp("+", Var(total), term)),))]
+        self.statements += [Let(total, Const(0.0)), over_children(
+            term_emitter.statements + [Let(total, BinOp("+", Var(total), term))])]
         return Var(total)
 
     def dot(self, value, op, index, position):
@@ -158,6 +153,13 @@ class ElementEmitter:
             self.statements.append(Loop(k, Const(low), Const(high), tuple(emitter.statements) + (
                 Let(total, BinOp("+", Var(total), BinOp("*", left, right))),)))
         return Var(total)
+
+
+def over_children(body):
+    """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child."""
+    node = Var("node")
+    return Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
+                (Let("child", Load("child_idx", (Var("edge"),))),) + tuple(body))
 
 
 def _packed_index(slot, stride, row, columns, index):
@@ -212,12 +214,16 @@ def contraction_segments(ops, matrix, operand, columns):
     inner = ops[matrix].shape[1]
     points = {point % inner for point in breakpoints(ops, matrix)}
     points |= {point // columns for point in breakpoints(ops, operand) if point % columns == 0}
-    points = sorted({0, inner} | points)
-    return list(zip(points[:-1], points[1:]))
+    return _ranges({0, inner} | points)
 
 
 def segments(ops, values, size):
-    points = sorted({0, size}.union(*(breakpoints(ops, v) for v in values)))
+    return _ranges({0, size}.union(*(breakpoints(ops, v) for v in values)))
+
+
+def _ranges(points):
+    """Consecutive (low, high) ranges between the sorted points."""
+    points = sorted(points)
     return list(zip(points[:-1], points[1:]))
 
 
@@ -248,11 +254,7 @@ class PassLowering:
         if value not in self.locations:
             return None
         array, stride, row, slot, columns = self.locations[value]
-        if columns == 1:
-            return lambda index: Load(array, (add(mul(slot, stride), row), index))
-        return lambda index: Load(array, (
-            add(add(mul(slot, stride), row), BinOp("%", index, Const(columns))),
-            BinOp("//", index, Const(columns))))
+        return lambda index: Load(array, _packed_index(slot, stride, row, columns, index))
 
     def child(self, k):
         name = f"child{k}"
@@ -360,11 +362,7 @@ class PassLowering:
                                    self.row_block))
         if edge_packs:
             self.uses_edges = True
-            node = Var("node")
-            node_packs.append(Loop("edge", Load("child_ptr", (node,)),
-                                   Load("child_ptr", (add(node, 1),)),
-                                   (Let("child", Load("child_idx", (Var("edge"),))),)
-                                   + tuple(edge_packs)))
+            node_packs.append(over_children(edge_packs))
         return allocations, [self.slot_loop(node_packs)] + products
 
     def element_loops(self, variable, values, size, stores):

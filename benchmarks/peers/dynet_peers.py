@@ -1,58 +1,62 @@
-"""DyNet with autobatching: the recursion builds one graph for the whole batch, and DyNet
-batches the operations it finds alike. The ParameterCollection stays referenced by the
-returned closure for as long as it runs (DESIGN §8: its storage is freed otherwise)."""
+"""DyNet with autobatching, running the cells of `cells.py`: the recursion builds one graph for
+the whole batch, and DyNet batches the operations it finds alike. The ParameterCollection stays
+referenced by the returned closure for as long as it runs (DESIGN §8: its storage is freed
+otherwise)."""
+from types import SimpleNamespace
+
 import dynet_config
 
 dynet_config.set(autobatch=1, mem=2048)
 import dynet as dy  # noqa: E402
 
-from .levels import children_first  # noqa: E402
+from .cells import CELLS, run_eager  # noqa: E402
+
+
+def _split(x, count):
+    size = x.dim()[0][0] // count
+    return [dy.pick_range(x, k * size, (k + 1) * size) for k in range(count)]
+
+
+class DynetOps:
+    linear = matvec = matmul = staticmethod(lambda weight, x: weight * x)
+    mul = staticmethod(dy.cmult)
+    sigmoid, tanh, relu = staticmethod(dy.logistic), staticmethod(dy.tanh), staticmethod(dy.rectify)
+    one_minus = staticmethod(lambda x: -x + 1)
+    cat = staticmethod(dy.concatenate)
+    cat_rows = staticmethod(lambda parts: dy.concatenate(parts, d=0))
+    split = staticmethod(_split)
+    row = staticmethod(lambda table, index: dy.lookup(table, int(index)))
+    vector = staticmethod(dy.inputVector)
 
 
 def parameters(params):
+    """(collection, p): tables gathered by a field (E, E_M) become lookup parameters. DyNet
+    fills a matrix entry column by column, so a table of matrices goes in transposed."""
     collection = dy.ParameterCollection()
     stored = {}
     for name in params.names():
         value = getattr(params, name)
-        if name == "E":
-            stored[name] = collection.lookup_parameters_from_numpy(value)
+        if name.startswith("E"):
+            entries = value if value.ndim == 2 else value.transpose(0, 2, 1).copy()
+            stored[name] = collection.lookup_parameters_from_numpy(entries)
         else:
             stored[name] = collection.add_parameters(value.shape,
                                                      init=dy.NumpyInitializer(value))
-    return collection, stored
+    return collection, SimpleNamespace(**stored)
 
 
-def tree_lstm(forest, params):
-    collection, p = parameters(params)
-    words = forest.fields["word"]
-    order = children_first(forest)
+def autobatch(cell):
+    def factory(forest, params):
+        collection, p = parameters(params)
 
-    def cell(node, memo):
-        children = forest.children(node)
-        if children.size == 0:
-            gates = p["W_iou"] * dy.lookup(p["E"], int(words[node])) + p["b_iou"]
-            i, o, u = (dy.pick_range(gates, k * hidden, (k + 1) * hidden) for k in range(3))
-            c = dy.cmult(dy.logistic(i), dy.tanh(u))
-            return dy.cmult(dy.logistic(o), dy.tanh(c)), c
-        (hl, cl), (hr, cr) = memo[children[0]], memo[children[1]]
-        gates = p["U_iou"] * (hl + hr) + p["b_iou"]
-        i, o, u = (dy.pick_range(gates, k * hidden, (k + 1) * hidden) for k in range(3))
-        fl = dy.logistic(p["U_f"] * hl + p["b_f"])
-        fr = dy.logistic(p["U_f"] * hr + p["b_f"])
-        c = dy.cmult(dy.logistic(i), dy.tanh(u)) + dy.cmult(fl, cl) + dy.cmult(fr, cr)
-        return dy.cmult(dy.logistic(o), dy.tanh(c)), c
-
-    hidden = params.b_f.shape[0]
-
-    def run():
-        assert collection is not None  # keeps the parameters' storage alive
-        dy.renew_cg()
-        memo = {}
-        for node in order:
-            memo[node] = cell(node, memo)
-        roots = dy.concatenate_cols([memo[int(r)][0] for r in forest.roots])
-        return roots.npvalue().reshape(hidden, -1).T
-    return run
+        def run():
+            assert collection is not None  # keeps the parameters' storage alive
+            dy.renew_cg()
+            roots = run_eager(DynetOps, cell, forest, p, forest.fields)
+            value = dy.concatenate_cols(roots).npvalue()
+            return value.reshape(value.shape[0], -1).T
+        return run
+    return factory
 
 
-AUTOBATCH = {"tree_lstm": tree_lstm}
+AUTOBATCH = {name: autobatch(cell) for name, cell in CELLS.items()}

@@ -8,7 +8,7 @@ import numpy as np
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
-from .linearize import Forest, linearize
+from .linearize import Forest, first_outside, linearize
 from .lowering import lower, print_kernel
 from .lowering.ilir import Barrier, Loop
 from .reference import NodeView, memoised_state, run_reference
@@ -141,10 +141,13 @@ class RecursiveModel:
             begin, end = ((linearized.leaf_begin, linearized.num_nodes) if case == "leaf"
                           else (0, linearized.leaf_begin))
             values = linearized.fields[field][begin:end]
-            bad = np.flatnonzero((values < 0) | (values >= rows))
-            if bad.size:
-                node = int(linearized.old_of_new[begin + bad[0]])
-                raise InputError(f"node {node}: field {field!r} = {int(values[bad[0]])} is "
+            if values.dtype.kind not in "iu":
+                raise InputError(f"field {field!r} indexes parameter {table!r}, so it must "
+                                 f"hold integers, not {values.dtype}")
+            bad = first_outside(values, rows)
+            if bad >= 0:
+                node = int(linearized.old_of_new[begin + bad])
+                raise InputError(f"node {node}: field {field!r} = {values[bad]} is "
                                  f"outside the {rows} rows of parameter {table!r}")
 
     def run(self, forest, p, backend="cpu", schedule=None):
@@ -156,9 +159,7 @@ class RecursiveModel:
             return self._empty_result(compiled.cell)
         self.check_gathers(compiled.cell, linearized, p)
         states = compiled.backend_kernel(linearized, p)
-        nodes = tuple(state[linearized.new_of_old].reshape((-1,) + shape)
-                      for state, shape in zip(states, shapes))
-        return Result.from_nodes(nodes, forest.roots)
+        return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
 
     def reference(self, forest, p):
         """The naive recursion's result, in the same `Result` form as `run`."""

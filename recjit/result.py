@@ -1,20 +1,37 @@
 """What `run` and `reference` return."""
-from dataclasses import dataclass
-
 import numpy as np
 
 
-@dataclass(frozen=True)
 class Result:
     """Per-node and per-root states: tuples with one array per returned value.
 
     `nodes[i][n]` is component i of node n's state, nodes in the forest's own order;
-    `roots[i][r]` is the same for the forest's r-th root."""
+    `roots[i][r]` is the same for the forest's r-th root. A compiled run puts `nodes` in the
+    forest's order on first use only: most callers read the roots alone."""
 
-    nodes: tuple
-    roots: tuple
+    def __init__(self, nodes=None, roots=None, order_nodes=None):
+        self._nodes = nodes
+        self._order_nodes = order_nodes
+        self.roots = roots
+
+    @property
+    def nodes(self):
+        if self._nodes is None:
+            self._nodes = self._order_nodes()
+        return self._nodes
 
     @classmethod
     def from_nodes(cls, nodes, roots_index):
         nodes = tuple(np.asarray(a) for a in nodes)
         return cls(nodes=nodes, roots=tuple(a[roots_index] for a in nodes))
+
+    @classmethod
+    def from_linearized(cls, states, shapes, new_of_old, new_roots):
+        """States in the linearized numbering (`states[i][new]`, flat per node)."""
+        return cls(roots=tuple(s[new_roots].reshape((-1,) + shape)
+                               for s, shape in zip(states, shapes)),
+                   order_nodes=lambda: tuple(s[new_of_old].reshape((-1,) + shape)
+                                             for s, shape in zip(states, shapes)))
+
+    def __repr__(self):
+        return f"Result(roots={self.roots!r})"

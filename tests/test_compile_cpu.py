@@ -4,6 +4,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 import recjit as rj
+from recjit.linearize import random_bracketing
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
@@ -114,6 +115,16 @@ def test_kernel_source_has_no_per_node_branch_and_runs_batches_in_parallel():
     assert "@njit(parallel=True" in source
     assert "prange(count)" in source and "prange(num_leaves)" in source
     assert " if " not in source.split("def tree_lstm_kernel")[1]
+
+
+@given(st.integers(1, 30), st.integers(1, 3), seeds)
+def test_leaf_products_are_computed_once_per_distinct_word(num_leaves, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    forest = rj.Forest.from_nested([random_bracketing(
+        [int(w) for w in rng.integers(0, vocab_size, num_leaves)], rng)])
+    p = tree_lstm_params(5, vocab_size, "float64", seed)
+    assert_same_result(tree_lstm.run(forest, p), tree_lstm.reference(forest, p))
+    assert "for distinct in prange(num_distinct_leaves):" in tree_lstm.kernel_source("cpu")
 
 
 def test_explain_shows_cases_batches_and_barriers(capsys):

@@ -1,10 +1,10 @@
 """The linearizer's numbering (DESIGN §3) and its structural validation."""
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, strategies as st
 
 import recjit as rj
-from recjit.linearize import linearize
+from recjit.linearize import distinct, linearize
 
 from conftest import binary_forests, caterpillar
 
@@ -93,3 +93,11 @@ def test_a_cycle_in_a_dag_is_refused():
     forest = rj.Forest(forest.child_ptr, forest.child_idx, [0], kind="dag")
     with pytest.raises(rj.InputError, match="cycle"):
         linearize(forest, single_parent=False)
+
+
+@given(st.lists(st.integers(0, 40), max_size=60))
+def test_distinct_numbers_values_by_first_occurrence(values):
+    values = np.array(values, dtype=np.int64)
+    first, slot = distinct(values)
+    assert np.array_equal(values[first[slot]], values)
+    assert np.array_equal(first, np.sort(np.unique(values, return_index=True)[1]))

@@ -1,6 +1,7 @@
 """CPU backend: ILIR kernel → numba parallel source → a callable that runs a linearized forest."""
 import numpy as np
 
+from ..linearize import distinct
 from .compile import load_function
 from .emit import emit_source
 
@@ -25,6 +26,10 @@ class CpuKernel:
                    "max_batch_edges": linearized.max_batch_edges}
         structure = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
                      "child_idx": linearized.child_idx}
+        if self.kernel.distinct_key:
+            keys = linearized.fields[self.kernel.distinct_key][linearized.leaf_begin:]
+            structure["leaf_distinct"], structure["leaf_slot"] = distinct(keys)
+            scalars["num_distinct_leaves"] = structure["leaf_distinct"].size
         arguments = []
         for name in self.kernel.scalars:
             arguments.append(scalars[name])

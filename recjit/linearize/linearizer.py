@@ -126,7 +126,14 @@ def _renumber(child_ptr, child_idx, height):
         offset = new_child_ptr[new] - child_ptr[old]
         for position in range(child_ptr[old], child_ptr[old + 1]):
             new_child_idx[position + offset] = new_of_old[child_idx[position]]
-    return batch_begin, new_of_old, old_of_new, new_child_ptr, new_child_idx
+    max_batch_size = 0
+    max_batch_edges = 0
+    for batch in range(num_batches - 1):
+        begin, end = batch_begin[batch], batch_begin[batch + 1]
+        max_batch_size = max(max_batch_size, end - begin)
+        max_batch_edges = max(max_batch_edges, new_child_ptr[end] - new_child_ptr[begin])
+    return (batch_begin, new_of_old, old_of_new, new_child_ptr, new_child_idx, max_batch_size,
+            max_batch_edges)
 
 
 @dataclass(frozen=True)
@@ -143,6 +150,8 @@ class Linearized:
     old_of_new: np.ndarray
     new_of_old: np.ndarray
     fields: dict
+    max_batch_size: int = 0  # the largest batch of internal nodes: what per-batch scratch holds
+    max_batch_edges: int = 0  # the most child edges of one internal batch: per-child scratch
 
     @property
     def num_batches(self):
@@ -155,17 +164,6 @@ class Linearized:
     @property
     def num_leaves(self):
         return self.num_nodes - self.leaf_begin
-
-    @property
-    def max_batch_size(self):
-        """The largest batch of internal nodes: what per-batch scratch arrays hold."""
-        return int(np.diff(self.batch_begin[:-1]).max(initial=0))
-
-    @property
-    def max_batch_edges(self):
-        """The most child edges of one batch of internal nodes: what per-child scratch holds."""
-        edges = np.diff(self.child_ptr[self.batch_begin[:-1]])
-        return int(edges.max(initial=0))
 
     def __str__(self):
         sizes = np.diff(self.batch_begin)
@@ -202,8 +200,52 @@ def linearize(forest, single_parent=True):
     if on_cycle >= 0:
         raise InputError(f"node {on_cycle} lies on a cycle or depends on one; "
                          "a forest must be acyclic")
-    batch_begin, new_of_old, old_of_new, child_ptr, child_idx = _renumber(
-        forest.child_ptr, forest.child_idx, height)
+    (batch_begin, new_of_old, old_of_new, child_ptr, child_idx, max_batch_size,
+     max_batch_edges) = _renumber(forest.child_ptr, forest.child_idx, height)
     fields = {name: values[old_of_new] for name, values in forest.fields.items()}
     return Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
-                      new_of_old[forest.roots], old_of_new, new_of_old, fields)
+                      new_of_old[forest.roots], old_of_new, new_of_old, fields,
+                      int(max_batch_size), int(max_batch_edges))
+
+
+@numba.njit(cache=True)
+def _distinct(values):
+    num_values = values.size
+    largest = 0
+    for position in range(num_values):
+        largest = max(largest, values[position])
+    slot_of_value = np.full(largest + 1, -1, dtype=np.int64)
+    first = np.empty(num_values, dtype=np.int64)
+    slot = np.empty(num_values, dtype=np.int64)
+    count = 0
+    for position in range(num_values):
+        value = values[position]
+        if slot_of_value[value] < 0:
+            slot_of_value[value] = count
+            first[count] = position
+            count += 1
+        slot[position] = slot_of_value[value]
+    return first[:count].copy(), slot
+
+
+def distinct(values):
+    """(first, slot) for non-negative integer `values`: `first[d]` is the position where the
+    d-th distinct value first occurs, `slot[i]` the number d of `values[i]`. Lets a kernel
+    compute what depends only on a leaf's word once per word. O(n + max value)."""
+    if values.size == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    return _distinct(np.ascontiguousarray(values, dtype=np.int64))
+
+
+@numba.njit(cache=True)
+def _first_outside(values, rows):
+    for position in range(values.size):
+        if values[position] < 0 or values[position] >= rows:
+            return position
+    return -1
+
+
+def first_outside(values, rows):
+    """The first position whose value is not a row index of a table of `rows` rows, or -1."""
+    return int(_first_outside(np.ascontiguousarray(values).reshape(-1), rows))

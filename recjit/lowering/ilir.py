@@ -102,6 +102,7 @@ class Kernel:
     arrays: tuple
     states: tuple      # (name, per-node size)
     body: tuple
+    distinct_key: str = None  # the field of `leaf_distinct`/`leaf_slot`, when the kernel reads them
 
 
 def add(left, right):

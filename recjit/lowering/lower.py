@@ -232,7 +232,7 @@ class PassLowering:
     matrix products, then the fused elementwise loop that stores the outputs."""
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
-                 edge_capacity=None):
+                 edge_capacity=None, distinct=None):
         self.cell = cell
         self.case = case
         self.row_block = row_block
@@ -245,6 +245,9 @@ class PassLowering:
         self.preamble = {}
         self.depth_memo = {}
         self.uses_edges = False
+        # products computed once per distinct key: (how many, node of one, number of a slot's)
+        self.distinct = distinct
+        self.product_slot = "distinct" if distinct else "slot"
 
     def unsupported(self, message, op):
         return UnsupportedError(message, filename=self.cell.filename, lineno=op.line)
@@ -299,10 +302,23 @@ class PassLowering:
         return sorted(needed)
 
     def slot_loop(self, body):
+        """The elementwise loop over every slot of the pass."""
+        lets = [Let("node", self.node_of_slot)]
+        if self.distinct:
+            lets.append(Let("distinct", self.distinct[2]))
+        return self._parallel_loop("slot", self.count, lets, body)
+
+    def product_loop(self, body):
+        """The loop packing the products' inputs: one iteration per row of the products."""
+        if self.distinct:
+            count, node, _ = self.distinct
+            return self._parallel_loop("distinct", count, [Let("node", node)], body)
+        return self._parallel_loop("slot", self.count, [Let("node", self.node_of_slot)], body)
+
+    def _parallel_loop(self, variable, count, lets, body):
         preamble = [Let(name, value) for name, value in self.preamble.items()]
         self.preamble = {}
-        return Loop("slot", Const(0), self.count,
-                    (Let("node", self.node_of_slot),) + tuple(preamble) + tuple(body),
+        return Loop(variable, Const(0), count, tuple(lets) + tuple(preamble) + tuple(body),
                     parallel=True)
 
     def lower(self, outputs, extra_matvecs=()):
@@ -346,7 +362,8 @@ class PassLowering:
             capacity = self.edge_capacity if per_child else self.capacity
             allocations += [Alloc(x, (mul(capacity, stride), Const(inner))),
                             Alloc(y, (mul(capacity, stride), Const(rows)))]
-            slot = BinOp("-", Var("edge"), Var("edge_base")) if per_child else Var("slot")
+            slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
+                    else Var(self.product_slot))
             row = 0
             for (product, operand), (columns,) in zip(uses, widths):
                 (edge_packs if per_child else node_packs).extend(self.element_loops(
@@ -357,13 +374,14 @@ class PassLowering:
                         operand, Var("k"), position))]))
                 self.locations[product] = (y, stride, row, slot, columns)
                 row += columns
-            count = Var("num_edges") if per_child else self.count
+            count = (Var("num_edges") if per_child
+                     else self.distinct[0] if self.distinct else self.count)
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block))
         if edge_packs:
             self.uses_edges = True
             node_packs.append(over_children(edge_packs))
-        return allocations, [self.slot_loop(node_packs)] + products
+        return allocations, [self.product_loop(node_packs)] + products
 
     def element_loops(self, variable, values, size, stores):
         loops = []
@@ -403,12 +421,19 @@ def lower(cell, schedule):
     row_block = schedule.row_block
     body = [Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin")))]
 
+    key = distinct_key(leaf)
+    distinct = key and (Var("num_distinct_leaves"),
+                        add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
+                        Load("leaf_slot", (Var("slot"),)))
     leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
-                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
-                             row_block)
+                             add(Var("leaf_begin"), Var("slot")),
+                             distinct[0] if distinct else Var("num_leaves"), {}, row_block,
+                             distinct=distinct)
     leaf_allocations, leaf_statements = leaf_pass.lower(
         [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
-    body += [Comment("hoisted: every leaf at once")] + leaf_allocations + leaf_statements
+    body += [Comment("hoisted: every leaf at once" + (
+        f"; the products once per distinct `{key}`" if key else ""))]
+    body += leaf_allocations + leaf_statements
 
     available = {}
     if schedule.hoist:
@@ -439,9 +464,25 @@ def lower(cell, schedule):
 
     fields = tuple(field_name(f) for f in sorted(cell.fields))
     params = tuple(param_name(p) for p in sorted(cell.parameters))
-    return Kernel(f"{cell.name}_kernel", cell.dtype, SCALARS,
-                  STRUCTURE + fields + params + tuple(name for name, _ in states), states,
-                  tuple(body))
+    scalars, structure = SCALARS, STRUCTURE
+    if key:
+        scalars += ("num_distinct_leaves",)
+        structure += ("leaf_distinct", "leaf_slot")
+    return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
+                  structure + fields + params + tuple(name for name, _ in states), states,
+                  tuple(body), distinct_key=key)
+
+
+def distinct_key(leaf):
+    """The field whose value alone decides a leaf's products, when the leaf case has products
+    and reads one field, only as an index into tables (`p.E[node.word]`): those products are
+    computed once per distinct value, since SST's leaves repeat words."""
+    reads = {op.attrs[1] if op.kind == "gather" else op.attrs[0]
+             for op in leaf.ops if op.kind in ("gather", "field")}
+    gathered = all(op.kind != "field" for op in leaf.ops)
+    has_products = any(op.kind in ("matvec", "matmul") and leaf.ops[op.args[0]].kind == "param"
+                       for op in leaf.ops)
+    return reads.pop() if len(reads) == 1 and gathered and has_products else None
 
 
 def _size(shape):

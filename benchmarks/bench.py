@@ -21,6 +21,7 @@ import numba
 import numpy as np
 
 import recjit as rj
+from recjit.linearize import distinct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
@@ -67,9 +68,13 @@ def batches(benchmark, trees, batch, count, hidden):
             for s in range(count)]
 
 
-def flops(cell, linearized):
-    """Multiply-adds ×2 of the matrix products the cell does on this forest."""
+def flops(compiled, linearized):
+    """Multiply-adds ×2 of the matrix products the kernel does on this forest: the leaf
+    products once per distinct word where the kernel computes them so."""
+    cell, key = compiled.cell, compiled.kernel.distinct_key
     internal, edges = linearized.leaf_begin, int(linearized.child_ptr[linearized.leaf_begin])
+    leaves = (distinct(linearized.fields[key][internal:])[0].size if key
+              else linearized.num_leaves)
     total = 0
     for case in cell.cases:
         for op in case.ops:
@@ -77,7 +82,7 @@ def flops(cell, linearized):
                 continue
             rows, inner = case.ops[op.args[0]].shape
             work = 2 * rows * inner * (op.shape[1] if op.kind == "matmul" else 1)
-            count = (linearized.num_leaves if case.name == "leaf"
+            count = (leaves if case.name == "leaf"
                      else edges if op.per_child else internal)
             total += work * count
     return total
@@ -125,8 +130,8 @@ def measure(benchmark, hidden, batch, forests, repeat):
     compile_s = time.perf_counter() - start
     references = [model.reference(f, p).roots[0] for f in forests]
     linearize_s = median_seconds([lambda f=f: model.linearize(f) for f in forests] * repeat)
-    cell = model.compile(forests[0], p).cell
-    work = float(np.mean([flops(cell, model.linearize(f)) for f in forests]))
+    compiled = model.compile(forests[0], p)
+    work = float(np.mean([flops(compiled, model.linearize(f)) for f in forests]))
     row = {"model": benchmark.name, "hidden": hidden, "batch": batch,
            "nodes": float(np.mean([f.num_nodes for f in forests])),
            "compile_s": compile_s, "linearize_ms": 1e3 * linearize_s, "gflop": work / 1e9,
@@ -155,6 +160,35 @@ def measure(benchmark, hidden, batch, forests, repeat):
     return row
 
 
+def targets(results):
+    """Issue 5's targets, judged on this run's rows: [(target, measured, met)]."""
+    rows = {(r["model"], r["hidden"], r["batch"]): r for r in results["rows"]}
+    judged = []
+
+    def ratio(key, peer, wanted, text):
+        row = rows.get(key)
+        if row and peer in row["speedup"]:
+            value = row["speedup"][peer]
+            judged.append((text, f"{value:.1f}x", value >= wanted))
+
+    ratio(("tree_lstm", 256, 10), "dynet autobatch", 6, "TreeLSTM h256 b10: ≥ 6x DyNet")
+    ratio(("tree_lstm", 256, 10), "pytorch level-batched", 3,
+          "TreeLSTM h256 b10: ≥ 3x PyTorch level-batched")
+    ratio(("tree_lstm", 256, 1), "dynet autobatch", 5, "TreeLSTM h256 b1: ≥ 5x DyNet")
+    slowest = min(((speedup, f"{row['model']} h{row['hidden']} b{row['batch']} vs {peer}")
+                   for row in results["rows"] for peer, speedup in row["speedup"].items()),
+                  default=None)
+    if slowest:
+        judged.append(("every model run faster than every peer", f"closest: {slowest[0]:.2f}x "
+                       f"({slowest[1]})", slowest[0] > 1))
+    row = rows.get(("tree_lstm", 512, 10))
+    if row:
+        share = row["gflops"] / results["matmul_gflops"]
+        judged.append(("TreeLSTM h512 b10: ≥ 50% of the matmul roof",
+                       f"{row['gflops']:.0f} GFLOP/s = {100 * share:.0f}%", share >= 0.5))
+    return judged
+
+
 def markdown(results):
     peer_names = sorted({peer for row in results["rows"] for peer in row["ms"]}
                         - {"recjit cpu"})
@@ -175,6 +209,9 @@ def markdown(results):
                      + " | ".join(cells) + " |")
     absent = {(peer, reason) for row in results["rows"] for peer, reason in row["absent"].items()}
     lines += [""] + [f"- {peer}: {reason}" for peer, reason in sorted(absent)]
+    lines += ["", "| target (issue 5) | this run | met |", "|---|---|---|"]
+    lines += [f"| {text} | {value} | {'yes' if met else 'no'} |"
+              for text, value, met in results["targets"]]
     return "\n".join(lines) + "\n"
 
 
@@ -247,6 +284,9 @@ def main():
             results["versions"][module] = importlib.import_module(module).__version__
         except (ImportError, AttributeError):
             results["versions"][module] = "absent"
+    results["targets"] = targets(results)
+    for text, value, met in results["targets"]:
+        print(f"target {text}: {value} ({'met' if met else 'NOT met'})")
     base = os.path.join(HERE, "results", args.machine)
     with open(base + ".json", "w") as handle:
         json.dump(results, handle, indent=1)

@@ -1,0 +1,21 @@
+"""The hand-tuned building blocks of generated CPU kernels equal their plain definitions."""
+import numpy as np
+from hypothesis import given, strategies as st
+
+from recjit.codegen_cpu.runtime import matmul_rows
+
+
+@given(st.integers(0, 20), st.integers(1, 9), st.integers(1, 40), st.data())
+def test_matmul_rows_equals_numpy_for_every_block_remainder(nodes, weight_rows, inner, data):
+    rng = np.random.default_rng(nodes * 1000 + weight_rows * 50 + inner)
+    weight = rng.normal(size=(weight_rows, inner))
+    x = rng.normal(size=(nodes + 2, inner))
+    row_begin = data.draw(st.integers(0, weight_rows - 1))
+    row_end = data.draw(st.integers(row_begin, weight_rows))
+    y = np.full((nodes + 2, weight_rows), np.nan)
+    matmul_rows(weight, x, y, nodes, row_begin, row_end)
+    expected = x[:nodes] @ weight[row_begin:row_end].T
+    np.testing.assert_allclose(y[:nodes, row_begin:row_end], expected, rtol=1e-12, atol=1e-12)
+    untouched = np.ones_like(y, dtype=bool)
+    untouched[:nodes, row_begin:row_end] = False
+    assert np.isnan(y[untouched]).all()

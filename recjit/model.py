@@ -141,23 +141,23 @@ class RecursiveModel:
             begin, end = ((linearized.leaf_begin, linearized.num_nodes) if case == "leaf"
                           else (0, linearized.leaf_begin))
             values = linearized.fields[field][begin:end]
-            if values.dtype.kind not in "iu":
-                raise InputError(f"field {field!r} indexes parameter {table!r}, so it must "
-                                 f"hold integers, not {values.dtype}")
             bad = first_outside(values, rows)
             if bad >= 0:
                 node = int(linearized.old_of_new[begin + bad])
                 raise InputError(f"node {node}: field {field!r} = {values[bad]} is "
                                  f"outside the {rows} rows of parameter {table!r}")
 
-    def run(self, forest, p, backend="cpu", schedule=None):
-        """Evaluate every node of the forest with the compiled kernel."""
+    def run(self, forest, p, backend="cpu", schedule=None, check_finite=False):
+        """Evaluate every node of the forest with the compiled kernel. `check_finite`: refuse
+        NaN or infinite parameters and float fields first (an O(size) scan, off by default)."""
         compiled = self.compile(forest, p, backend, schedule)
         linearized = self.linearize(forest)
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
         self.check_gathers(compiled.cell, linearized, p)
+        if check_finite:
+            check_finite_inputs(compiled.cell, forest, p)
         states = compiled.backend_kernel(linearized, p)
         return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
 
@@ -206,6 +206,21 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def check_finite_inputs(cell, forest, p):
+    """Name the first parameter or float field holding a NaN or an infinity, and where."""
+    arrays = [(f"parameter {name!r}", getattr(p, name)) for name in sorted(cell.parameters)]
+    arrays += [(f"field {name!r}", forest.fields[name]) for name in sorted(cell.fields)
+               if forest.fields[name].dtype.kind == "f"]
+    for what, values in arrays:
+        values = np.asarray(values)
+        bad = np.argwhere(~np.isfinite(values))
+        if bad.size:
+            index = tuple(int(i) for i in bad[0])
+            where = f"node {index[0]}, " if what.startswith("field") else ""
+            raise InputError(f"{what} holds {values[index]} at {where}index {index}; "
+                             "check_finite=True refuses NaN and infinite inputs")
 
 
 def _count_barriers(kernel):

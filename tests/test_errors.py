@@ -63,3 +63,26 @@ def test_mixed_parameter_dtypes_are_refused():
     p.b_f = p.b_f.astype(np.float32)
     with pytest.raises(rj.InputError, match="mix dtypes"):
         tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_a_float_index_field_is_refused_naming_the_field_and_the_line():
+    forest = rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"word": [0.0, 1.0, 2.0]})
+    with pytest.raises(rj.RecJitError, match="tree_lstm.py:13: scalar field 'word' must hold "
+                                             "integers"):
+        tree_lstm.run(forest, make_params(4, 10, "float64"))
+
+
+def test_check_finite_names_the_parameter_and_the_index_of_a_nan():
+    p = make_params(4, 10, "float64")
+    p.U_f[2, 3] = np.nan
+    forest = rj.Forest.from_nested([(1, 2)])
+    with pytest.raises(rj.InputError, match=r"parameter 'U_f' holds nan at index \(2, 3\)"):
+        tree_lstm.run(forest, p, check_finite=True)
+
+
+def test_check_finite_names_the_node_of_an_infinite_float_field():
+    from dag_rnn import dag_rnn, grids, make_params as dag_params
+    forest = grids(1, 3, rows=2, cols=2, dtype="float64")
+    forest.fields["x"][1, 2] = np.inf
+    with pytest.raises(rj.InputError, match=r"field 'x' holds inf at node 1, index \(1, 2\)"):
+        dag_rnn.run(forest, dag_params(3, dtype="float64"), check_finite=True)

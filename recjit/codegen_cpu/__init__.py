@@ -1,9 +1,16 @@
 """CPU backend: ILIR kernel → numba parallel source → a callable that runs a linearized forest."""
+import threading
+
 import numpy as np
 
 from ..linearize import distinct
 from .compile import load_function
 from .emit import emit_source
+
+
+# One kernel at a time in this process: each already uses every core, and numba's workqueue
+# threading layer (the one always present) aborts on concurrent parallel launches.
+_running = threading.Lock()
 
 
 class CpuKernel:
@@ -45,5 +52,6 @@ class CpuKernel:
             else:
                 arguments.append(np.ascontiguousarray(getattr(params, name[len("p_"):]),
                                                       dtype=dtype))
-        self.function(*arguments)
+        with _running:
+            self.function(*arguments)
         return [states[name] for name, _ in self.kernel.states]

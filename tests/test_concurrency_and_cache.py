@@ -1,0 +1,60 @@
+"""`run` from several threads at once, and the compile cache's keys."""
+import threading
+
+import numpy as np
+
+import recjit as rj
+from tree_lstm import make_params, tree_lstm
+
+from conftest import assert_same_result
+
+
+def test_run_from_several_threads_at_once_equals_the_reference():
+    rng = np.random.default_rng(0)
+    forests = [rj.Forest.random_binary(3, seed=s, vocab_size=20) for s in range(8)]
+    p = make_params(8, 20, "float64", seed=int(rng.integers(100)))
+    tree_lstm.run(forests[0], p)
+    results = [None] * len(forests)
+
+    def work(index):
+        for _ in range(5):
+            results[index] = tree_lstm.run(forests[index], p)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(forests))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for forest, result in zip(forests, results):
+        assert_same_result(result, tree_lstm.reference(forest, p))
+
+
+def test_a_changed_cell_function_compiles_again():
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2), W=np.eye(2))
+
+    @rj.recursive_model
+    def cell(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return rj.tanh(p.W @ (cell(node.left, p) + cell(node.right, p)))
+    first = cell.run(forest, p).roots[0]
+
+    @rj.recursive_model  # noqa: F811: the same name with a new body, as after an edit
+    def cell(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return rj.tanh(p.W @ (cell(node.left, p) - cell(node.right, p)))
+    second = cell.run(forest, p).roots[0]
+    assert not np.allclose(first, second)
+    np.testing.assert_allclose(second, cell.reference(forest, p).roots[0], rtol=1e-12)
+
+
+def test_new_dtypes_and_schedules_compile_new_kernels_with_the_output_dtype_of_the_params():
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    double, single = make_params(4, 3, "float64"), make_params(4, 3, "float32")
+    assert tree_lstm.run(forest, double).roots[0].dtype == np.float64
+    assert tree_lstm.run(forest, single).roots[0].dtype == np.float32
+    exact = rj.Schedule(fast_math=False)
+    assert tree_lstm.compile(forest, single, schedule=exact) is not tree_lstm.compile(forest,
+                                                                                      single)

@@ -202,6 +202,9 @@ class RecursiveModel:
         and these parameters, when given)."""
         if forest is not None and p is not None:
             return self.compile(forest, p, backend).backend_kernel.source
+        if backend not in BACKENDS:
+            raise RecJitError(f"kernel_source(backend, forest, p): backend must be one of "
+                              f"{BACKENDS}, not {backend!r}")
         if backend not in self._latest:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")

@@ -86,3 +86,10 @@ def test_check_finite_names_the_node_of_an_infinite_float_field():
     forest.fields["x"][1, 2] = np.inf
     with pytest.raises(rj.InputError, match=r"field 'x' holds inf at node 1, index \(1, 2\)"):
         dag_rnn.run(forest, dag_params(3, dtype="float64"), check_finite=True)
+
+
+def test_kernel_source_called_with_a_forest_first_says_how_to_call_it():
+    forest = rj.Forest.from_nested([(1, 2)])
+    with pytest.raises(rj.RecJitError, match=r"kernel_source\(backend, forest, p\): backend "
+                                             "must be one of"):
+        tree_lstm.kernel_source(forest)

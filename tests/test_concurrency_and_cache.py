@@ -10,9 +10,8 @@ from conftest import assert_same_result
 
 
 def test_run_from_several_threads_at_once_equals_the_reference():
-    rng = np.random.default_rng(0)
     forests = [rj.Forest.random_binary(3, seed=s, vocab_size=20) for s in range(8)]
-    p = make_params(8, 20, "float64", seed=int(rng.integers(100)))
+    p = make_params(8, 20, "float64", seed=5)
     tree_lstm.run(forests[0], p)
     results = [None] * len(forests)
 

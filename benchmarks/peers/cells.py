@@ -5,6 +5,7 @@ nodes in the level-batched peer). A node offers `is_leaf`, its fields (`node.wor
 
 The arithmetic is that of the recjit examples; where a state starts at zero (a leaf's child sum,
 a sequence's first step) the zero terms are left out, as a user writing the cell would."""
+from .levels import children_first
 
 
 def tree_fc(o, p, node):
@@ -121,7 +122,6 @@ class EagerNode:
 
 def run_eager(o, cell, forest, params, fields):
     """The cell on every node, children first; the roots' first state component."""
-    from .levels import children_first
     memo = {}
     for node in children_first(forest):
         memo[node] = cell(o, params, EagerNode(forest, node, memo, fields))

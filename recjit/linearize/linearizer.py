@@ -232,9 +232,6 @@ def distinct(values):
     """(first, slot) for non-negative integer `values`: `first[d]` is the position where the
     d-th distinct value first occurs, `slot[i]` the number d of `values[i]`. Lets a kernel
     compute what depends only on a leaf's word once per word. O(n + max value)."""
-    if values.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
-        return empty, empty
     return _distinct(np.ascontiguousarray(values, dtype=np.int64))
 
 

@@ -238,16 +238,20 @@ class PassLowering:
         self.row_block = row_block
         self.prefix = prefix
         self.count = count
-        self.node_of_slot = node_of_slot
         self.capacity = capacity
         self.edge_capacity = edge_capacity
         self.locations = dict(available)
         self.preamble = {}
         self.depth_memo = {}
         self.uses_edges = False
-        # products computed once per distinct key: (how many, node of one, number of a slot's)
-        self.distinct = distinct
-        self.product_slot = "distinct" if distinct else "slot"
+        # The products' rows: one per slot, or with `distinct` = (how many, node of one, the
+        # number of a slot's) one per distinct key, read back at `distinct` by every slot.
+        self.product_slot, self.product_count, self.product_node = "slot", count, node_of_slot
+        self.slot_lets = [Let("node", node_of_slot)]
+        if distinct:
+            self.product_count, self.product_node, slot_of = distinct
+            self.product_slot = "distinct"
+            self.slot_lets.append(Let("distinct", slot_of))
 
     def unsupported(self, message, op):
         return UnsupportedError(message, filename=self.cell.filename, lineno=op.line)
@@ -303,17 +307,12 @@ class PassLowering:
 
     def slot_loop(self, body):
         """The elementwise loop over every slot of the pass."""
-        lets = [Let("node", self.node_of_slot)]
-        if self.distinct:
-            lets.append(Let("distinct", self.distinct[2]))
-        return self._parallel_loop("slot", self.count, lets, body)
+        return self._parallel_loop("slot", self.count, self.slot_lets, body)
 
     def product_loop(self, body):
         """The loop packing the products' inputs: one iteration per row of the products."""
-        if self.distinct:
-            count, node, _ = self.distinct
-            return self._parallel_loop("distinct", count, [Let("node", node)], body)
-        return self._parallel_loop("slot", self.count, [Let("node", self.node_of_slot)], body)
+        return self._parallel_loop(self.product_slot, self.product_count,
+                                   [Let("node", self.product_node)], body)
 
     def _parallel_loop(self, variable, count, lets, body):
         preamble = [Let(name, value) for name, value in self.preamble.items()]
@@ -374,8 +373,7 @@ class PassLowering:
                         operand, Var("k"), position))]))
                 self.locations[product] = (y, stride, row, slot, columns)
                 row += columns
-            count = (Var("num_edges") if per_child
-                     else self.distinct[0] if self.distinct else self.count)
+            count = Var("num_edges") if per_child else self.product_count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block))
         if edge_packs:

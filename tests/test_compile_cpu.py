@@ -134,7 +134,9 @@ def test_explain_shows_cases_batches_and_barriers(capsys):
     assert "case leaf (0 children)" in text and "case internal (2 children)" in text
     assert "3 batches" in text
     assert "barrier: the next batch reads this batch's states" in text
-    assert "barriers per batch: 1" in text
+    assert "barrier: the products read the packed inputs" in text
+    assert "barrier: the elementwise ops read the products" in text
+    assert "barriers per batch: 3" in text
 
 
 def test_an_empty_forest_gives_empty_results():

@@ -3,8 +3,9 @@ import threading
 
 import numpy as np
 
-from ..linearize import distinct
-from .compile import load_function
+from ..lowering.arguments import forest_arguments
+from ..generated import load_module
+from . import runtime
 from .emit import emit_source
 
 
@@ -21,34 +22,22 @@ class CpuKernel:
                   f"({kernel.dtype}, {'fast' if fast_math else 'exact'} math).")
         self.kernel = kernel
         self.source = emit_source(kernel, fast_math, header)
-        self.function = load_function(self.source, kernel.name)
+        self.function = getattr(load_module(self.source, kernel.name, runtime.__file__),
+                                kernel.name)
 
     def __call__(self, linearized, params):
         dtype = np.dtype(self.kernel.dtype)
         states = {name: np.empty((linearized.num_nodes, size), dtype=dtype)
                   for name, size in self.kernel.states}
-        scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
-                   "num_batches": linearized.num_batches,
-                   "max_batch_size": linearized.max_batch_size,
-                   "max_batch_edges": linearized.max_batch_edges}
-        structure = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
-                     "child_idx": linearized.child_idx}
-        if self.kernel.distinct_key:
-            keys = linearized.fields[self.kernel.distinct_key][linearized.leaf_begin:]
-            structure["leaf_distinct"], structure["leaf_slot"] = distinct(keys)
-            scalars["num_distinct_leaves"] = structure["leaf_distinct"].size
+        scalars, forest_arrays = forest_arguments(self.kernel, linearized)
         arguments = []
         for name in self.kernel.scalars:
             arguments.append(scalars[name])
         for name in self.kernel.arrays:
-            if name in structure:
-                arguments.append(structure[name])
+            if name in forest_arrays:
+                arguments.append(forest_arrays[name])
             elif name in states:
                 arguments.append(states[name])
-            elif name.startswith("field_"):
-                values = linearized.fields[name[len("field_"):]]
-                arguments.append(np.ascontiguousarray(
-                    values, dtype=np.int64 if values.dtype.kind in "iu" else dtype))
             else:
                 arguments.append(np.ascontiguousarray(getattr(params, name[len("p_"):]),
                                                       dtype=dtype))

@@ -2,8 +2,8 @@
 
 The translation is one to one: a parallel ILIR loop is a `prange`, a `MatMul` a `prange` over
 blocks of weight rows, every other statement the Python line it prints as."""
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, Let, Load, Loop,
-                             MatMul, Store, Var)
+from ..lowering.ilir import Alloc, Barrier, Comment, Const, Let, Loop, MatMul, Store
+from ..lowering.pysource import PythonExpressions
 
 FAST_MATH = '''
 # tanh as Eigen's rational approximation (13/6): branch-free, so it vectorizes; max abs and
@@ -47,26 +47,8 @@ CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})"}
 
 
-def expression(node):
-    if isinstance(node, Var):
-        return node.name
-    if isinstance(node, Const):
-        return str(node.value) if isinstance(node.value, int) else f"real({node.value!r})"
-    if isinstance(node, Load):
-        return f"{node.array}[{', '.join(expression(i) for i in node.index)}]"
-    if isinstance(node, Call):
-        return CALLS[node.function].format(*(expression(a) for a in node.args))
-    if isinstance(node, BinOp):
-        return f"({expression(node.left)} {node.operator} {expression(node.right)})"
-    raise TypeError(node)
-
-
-def _bound(node):
-    """An expression that stands alone (a bound, an index, a right-hand side): no outer
-    parentheses."""
-    if isinstance(node, BinOp):
-        return f"{expression(node.left)} {node.operator} {expression(node.right)}"
-    return expression(node)
+expression = PythonExpressions(CALLS)
+_bound = expression.bound
 
 
 def _statements(body, depth, lines):

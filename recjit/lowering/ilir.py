@@ -54,7 +54,11 @@ class Store:
 
 @dataclass(frozen=True)
 class Loop:
-    """`for var in range(start, stop, step)`; a parallel loop runs from 0 with step 1."""
+    """`for var in range(start, stop, step)`; a parallel loop runs from 0 with step 1.
+
+    An element loop (`element=True`) runs over the elements of cell values inside a parallel
+    loop; its iterations are independent. The CPU runs it in order (LLVM vectorizes it), the
+    GPU gives each element its own thread."""
 
     var: str
     start: object
@@ -62,6 +66,7 @@ class Loop:
     body: tuple
     parallel: bool = False
     step: int = 1
+    element: bool = False
 
 
 @dataclass(frozen=True)

@@ -334,6 +334,8 @@ class PassLowering:
             allocations += phase_allocations
             statements += phase_statements
         if outputs:
+            if matvecs:
+                statements.append(Barrier("the elementwise ops read the products"))
             statements.append(self.elementwise(outputs))
         if self.uses_edges:
             edge_base = Load("child_ptr", (Var("begin"),))
@@ -379,7 +381,8 @@ class PassLowering:
         if edge_packs:
             self.uses_edges = True
             node_packs.append(over_children(edge_packs))
-        return allocations, [self.product_loop(node_packs)] + products
+        return allocations, [self.product_loop(node_packs),
+                             Barrier("the products read the packed inputs")] + products
 
     def element_loops(self, variable, values, size, stores):
         loops = []
@@ -387,7 +390,7 @@ class PassLowering:
             emitter = ElementEmitter(self)
             body = stores(emitter, low)
             loops.append(Loop(variable, Const(low), Const(high),
-                              tuple(emitter.statements) + tuple(body)))
+                              tuple(emitter.statements) + tuple(body), element=True))
         return loops
 
     def elementwise(self, outputs):

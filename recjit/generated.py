@@ -1,5 +1,6 @@
-"""Compiling generated source: written to a file in the cache directory and imported, so
-that numba's on-disk cache (keyed by file) keeps the machine code across processes."""
+"""Loading generated source: written to a file in the cache directory and imported, so that
+numba's on-disk cache (keyed by file) keeps the machine code across processes. Both code
+generators load their modules here."""
 import hashlib
 import importlib.util
 import os
@@ -10,7 +11,6 @@ import threading
 
 import numba
 
-_RUNTIME = pathlib.Path(__file__).with_name("runtime.py")
 _lock = threading.Lock()
 
 
@@ -23,18 +23,21 @@ def cache_dir():
     return path
 
 
-def source_digest(source):
-    runtime = _RUNTIME.read_bytes()
-    digest = hashlib.sha256(source.encode() + runtime + numba.__version__.encode())
+def source_digest(source, runtime):
+    """A digest of the source, the runtime module it imports (numba's cache does not see
+    changes there) and numba's version."""
+    digest = hashlib.sha256(source.encode() + pathlib.Path(runtime).read_bytes()
+                            + numba.__version__.encode())
     return digest.hexdigest()[:20]
 
 
-def load_function(source, name):
-    """Import `source` as a module from the cache directory and return its function `name`."""
-    module_name = f"recjit_generated_{name}_{source_digest(source)}"
+def load_module(source, name, runtime):
+    """Import `source` as a module from the cache directory; `runtime` is the path of the
+    module of helpers it imports."""
+    module_name = f"recjit_generated_{name}_{source_digest(source, runtime)}"
     with _lock:
         if module_name in sys.modules:
-            return getattr(sys.modules[module_name], name)
+            return sys.modules[module_name]
         path = cache_dir() / f"{module_name}.py"
         if not path.exists():
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
@@ -45,4 +48,4 @@ def load_function(source, name):
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         sys.modules[module_name] = module
-        return getattr(module, name)
+        return module

@@ -1,0 +1,26 @@
+"""What a kernel's scalar, structure and field arguments are for one linearized forest: the
+same for every backend, since the lowering named them."""
+import numpy as np
+
+from ..linearize import distinct
+from .lower import field_name
+
+
+def forest_arguments(kernel, linearized):
+    """(scalars, arrays): the kernel's arguments that come from the forest, by name; arrays
+    are contiguous, integer fields int64 and float fields in the kernel's dtype."""
+    scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
+               "num_batches": linearized.num_batches,
+               "max_batch_size": linearized.max_batch_size,
+               "max_batch_edges": linearized.max_batch_edges}
+    arrays = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
+              "child_idx": linearized.child_idx}
+    if kernel.distinct_key:
+        keys = linearized.fields[kernel.distinct_key][linearized.leaf_begin:]
+        arrays["leaf_distinct"], arrays["leaf_slot"] = distinct(keys)
+        scalars["num_distinct_leaves"] = arrays["leaf_distinct"].size
+    for name, values in linearized.fields.items():
+        if field_name(name) in kernel.arrays:
+            dtype = np.int64 if values.dtype.kind in "iu" else np.dtype(kernel.dtype)
+            arrays[field_name(name)] = np.ascontiguousarray(values, dtype=dtype)
+    return scalars, arrays

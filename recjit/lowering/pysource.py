@@ -1,0 +1,33 @@
+"""ILIR expressions as Python source, for the code generators that emit Python (numba CPU and
+numba.cuda): the same text on both, except for the math functions each target calls."""
+from .ilir import BinOp, Call, Const, Load, Var
+
+
+class PythonExpressions:
+    """`calls` maps each ILIR math function to a format string, e.g. `"math.exp({})"`."""
+
+    def __init__(self, calls):
+        self.calls = calls
+
+    def __call__(self, node):
+        if isinstance(node, Var):
+            return node.name
+        if isinstance(node, Const):
+            return str(node.value) if isinstance(node.value, int) else f"real({node.value!r})"
+        if isinstance(node, Load):
+            return f"{node.array}[{', '.join(self(i) for i in node.index)}]"
+        if isinstance(node, Call):
+            return self.calls[node.function].format(*(self(a) for a in node.args))
+        if isinstance(node, BinOp):
+            return f"({self(node.left)} {node.operator} {self(node.right)})"
+        raise TypeError(node)
+
+    def bound(self, node):
+        """An expression that stands alone (a bound, an index, a right-hand side): no outer
+        parentheses."""
+        if isinstance(node, BinOp):
+            return f"{self(node.left)} {node.operator} {self(node.right)}"
+        return self(node)
+
+    def index(self, indices):
+        return ", ".join(self.bound(i) for i in indices)

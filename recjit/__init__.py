@@ -4,14 +4,14 @@ from .errors import (InputError, RecJitError, RecursionPropertyError, ShapeError
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
 from .ops import concat, exp, log, maximum, minimum, ones, relu, sigmoid, split, tanh, zeros
-from .params import Params
+from .params import DeviceParams, Params
 from .reference import NodeView
 from .result import Result
 from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["Forest", "InputError", "NodeView", "Params", "RecJitError", "RecursionPropertyError",
+__all__ = ["DeviceParams", "Forest", "InputError", "NodeView", "Params", "RecJitError", "RecursionPropertyError",
            "RecursiveModel", "Result", "Schedule", "ShapeError", "UnsupportedError", "concat",
            "exp", "log", "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid",
            "split", "tanh", "zeros"]

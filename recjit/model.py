@@ -10,12 +10,14 @@ from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize
 from .lowering import lower, print_kernel
+from .lowering.lower import param_name
 from .lowering.ilir import Barrier, Loop
 from .reference import NodeView, memoised_state, run_reference
+from .params import shape_and_dtype
 from .result import Result
 from .schedule import Schedule
 
-BACKENDS = ("cpu",)
+BACKENDS = ("cpu", "cuda")
 
 
 _DEFAULT_ARITY = object()
@@ -92,8 +94,8 @@ class RecursiveModel:
             value = getattr(p, name, None)
             if value is None:
                 raise InputError(f"parameter {name!r} is missing from the parameters")
-            value = np.asarray(value)
-            parameters.append((name, value.shape, value.dtype.str))
+            shape, dtype = shape_and_dtype(value)
+            parameters.append((name, shape, dtype.str))
         fields = tuple((name, forest.fields[name].shape[1:], forest.fields[name].dtype.kind)
                        for name in sorted(usage.fields) if name in forest.fields)
         return (backend, schedule, tuple(parameters), fields)
@@ -115,7 +117,8 @@ class RecursiveModel:
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
                     kernel = lower(cell, schedule)
                     fast_math = schedule.fast_math and cell.dtype == "float32"
-                    compiled = Compiled(cell, kernel, CpuKernel(kernel, fast_math))
+                    compiled = Compiled(cell, kernel, backend_kernel(
+                        backend, kernel, fast_math, schedule, key[2]))
                     self._compiled[key] = compiled
         self._latest[backend] = compiled
         return compiled
@@ -137,7 +140,7 @@ class RecursiveModel:
     def check_gathers(self, cell, linearized, p):
         """Every gathered field index lies inside its table, on the nodes that read it."""
         for case, table, field in cell.gathers:
-            rows = np.asarray(getattr(p, table)).shape[0]
+            rows = shape_and_dtype(getattr(p, table))[0][0]
             begin, end = ((linearized.leaf_begin, linearized.num_nodes) if case == "leaf"
                           else (0, linearized.leaf_begin))
             values = linearized.fields[field][begin:end]
@@ -147,9 +150,14 @@ class RecursiveModel:
                 raise InputError(f"node {node}: field {field!r} = {values[bad]} is "
                                  f"outside the {rows} rows of parameter {table!r}")
 
-    def run(self, forest, p, backend="cpu", schedule=None, check_finite=False):
+    def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
+            device_output=False):
         """Evaluate every node of the forest with the compiled kernel. `check_finite`: refuse
-        NaN or infinite parameters and float fields first (an O(size) scan, off by default)."""
+        NaN or infinite parameters and float fields first (an O(size) scan, off by default).
+        `device_output` (backend="cuda"): the result's arrays stay on the GPU."""
+        if device_output and backend != "cuda":
+            raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
+                              "computes on the host")
         compiled = self.compile(forest, p, backend, schedule)
         linearized = self.linearize(forest)
         shapes = compiled.cell.state_shapes
@@ -159,7 +167,9 @@ class RecursiveModel:
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
         states = compiled.backend_kernel(linearized, p)
-        return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
+        if device_output:
+            return compiled.backend_kernel.result(states, shapes, linearized, device_output)
+        return compiled.backend_kernel.result(states, shapes, linearized)
 
     def reference(self, forest, p):
         """The naive recursion's result, in the same `Result` form as `run`."""
@@ -193,6 +203,7 @@ class RecursiveModel:
             f"internal batches run from the leaves up: {sizes[:-1][::-1].tolist()}",
             "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
             f"barriers per batch: {_count_barriers(compiled.kernel)}",
+            f"launch: {compiled.backend_kernel.describe()}",
         ])
         print(text, file=file)
         return text
@@ -209,6 +220,15 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def backend_kernel(backend, kernel, fast_math, schedule, parameters):
+    """The backend's compiled form of an ILIR kernel; `parameters`: (name, shape, dtype)."""
+    if backend == "cpu":
+        return CpuKernel(kernel, fast_math)
+    from .codegen_cuda import CudaKernel  # numba.cuda is imported only when asked for
+    weight_shapes = {param_name(name): shape for name, shape, _ in parameters}
+    return CudaKernel(kernel, fast_math, schedule.fusion, weight_shapes)
 
 
 def check_finite_inputs(cell, forest, p):

@@ -12,6 +12,37 @@ class Params:
     def names(self):
         return sorted(vars(self))
 
+    def to_device(self):
+        """These parameters copied once into GPU memory, for `backend="cuda"` runs to use
+        without a copy per run."""
+        from .codegen_cuda.device import to_device
+        return DeviceParams(**{name: to_device(f"parameter {name!r}", value, value.dtype)
+                               for name, value in vars(self).items()})
+
     def __repr__(self):
         shapes = ", ".join(f"{k}={getattr(self, k).shape}" for k in self.names())
         return f"Params({shapes})"
+
+
+class DeviceParams:
+    """Parameters in GPU memory (`Params.to_device()`): numba device arrays, or any arrays
+    exposing `__cuda_array_interface__` (CuPy, PyTorch CUDA tensors)."""
+
+    def __init__(self, **arrays):
+        for name, value in arrays.items():
+            setattr(self, name, value)
+
+    def names(self):
+        return sorted(vars(self))
+
+    def __repr__(self):
+        shapes = ", ".join(f"{k}={tuple(getattr(self, k).shape)}" for k in self.names())
+        return f"DeviceParams({shapes})"
+
+
+def shape_and_dtype(value):
+    """A parameter's shape and dtype, without copying a device array to the host."""
+    if hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host"):
+        return tuple(value.shape), np.dtype(str(value.dtype).replace("torch.", ""))
+    value = np.asarray(value)
+    return value.shape, value.dtype

@@ -4,13 +4,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Schedule:
-    """Scheduling choices. `hoist`: field-only work (leaf states, input projections) runs as one
-    parallel pass over all nodes before the batches. `fast_math`: in float32 kernels, tanh and
-    sigmoid use a branch-free rational approximation that vectorizes (max errors in
-    docs/fast_math.md); `False`, and every float64 kernel, call the exact functions. `row_block`: weight rows per parallel work item
-    of a matrix product."""
+    """Scheduling choices.
+
+    - `hoist`: field-only work (leaf states, input projections) runs as one parallel pass over
+      all nodes before the batches.
+    - `fusion` (CUDA): one persistent cooperative launch per run, with grid barriers; `False`
+      launches a kernel per parallel step and per matrix product instead (the ablation
+      baseline, and what works where a grid barrier cannot).
+    - `fast_math`: in float32 kernels, the CPU's tanh and sigmoid use a branch-free rational
+      approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
+      compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
+    - `row_block`: weight rows per parallel work item of a CPU matrix product."""
 
     hoist: bool = True
+    fusion: bool = True
     fast_math: bool = True
     row_block: int = 32
 

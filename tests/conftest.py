@@ -1,7 +1,14 @@
 """Shared strategies: random forests and parameters. Kernels compile once per shape signature
 and are reused across hypothesis examples (hidden sizes are fixed per test)."""
 import os
+import shutil
 import sys
+
+# Without a GPU, the CUDA tests run the generated kernels in numba's simulator; with one (an
+# `nvidia-smi` on the path), on the GPU. NUMBA_ENABLE_CUDASIM set by the caller wins. numba
+# reads it when first imported, so this comes before anything imports numba.
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 import numpy as np
 from hypothesis import HealthCheck, settings, strategies as st

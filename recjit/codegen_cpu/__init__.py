@@ -4,6 +4,7 @@ import threading
 import numpy as np
 
 from ..lowering.arguments import forest_arguments
+from ..result import Result
 from ..generated import load_module
 from . import runtime
 from .emit import emit_source
@@ -44,3 +45,11 @@ class CpuKernel:
         with _running:
             self.function(*arguments)
         return [states[name] for name, _ in self.kernel.states]
+
+    @staticmethod
+    def result(states, shapes, linearized):
+        return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
+
+    @staticmethod
+    def describe():
+        return "one call of a numba parallel function (prange loops; a loop's end is a barrier)"

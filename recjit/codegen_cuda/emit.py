@@ -1,0 +1,293 @@
+"""ILIR kernel → the Python source of numba.cuda kernels (DESIGN §6).
+
+Fused (the default): one persistent cooperative kernel; every thread of the grid runs the whole
+body. A parallel loop over `count` items whose element loops span `n` elements becomes one
+grid-stride loop over the `count · n` (item, element) pairs, each element loop a guard on the
+element index; a `MatMul` a call of `matmul_rows`, each block computing the weight rows it
+owns; an ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per
+launch into shared memory, each block its own rows, when they fit.
+
+Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
+function runs the rest of the body (the batch loop, the scalars) and launches them in order;
+the end of a launch is the barrier."""
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, Let, Load, Loop, MatMul,
+                             Store, Var)
+from ..lowering.pysource import PythonExpressions
+
+MATH = '''
+@cuda.jit(device=True, inline=True)
+def sigmoid(x):
+    return real(1.0) / (real(1.0) + math.exp(-x))
+'''
+
+CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
+         "log": "math.log({})", "relu": "max({}, real(0.0))", "neg": "-{}",
+         "maximum": "max({}, {})", "minimum": "min({}, {})"}
+
+expression = PythonExpressions(CALLS)
+
+
+def element_extent(body):
+    """How many elements the element loops of a parallel loop's body span, and their index
+    variable."""
+    extent, variable = 1, None
+    for statement in body:
+        if isinstance(statement, Loop) and statement.element:
+            extent, variable = max(extent, int(statement.stop.value)), statement.var
+        elif isinstance(statement, Loop):
+            inner_extent, inner_variable = element_extent(statement.body)
+            if inner_variable is not None:
+                extent, variable = max(extent, inner_extent), inner_variable
+    return extent, variable
+
+
+class Emitter:
+    """Source lines for the statements of one device function."""
+
+    def __init__(self, persistent=()):
+        self.lines = []
+        self.persistent = persistent
+
+    def statements(self, body, depth, extent=None):
+        for statement in body:
+            self.statement(statement, depth, extent)
+
+    def statement(self, statement, depth, extent):
+        pad = "    " * depth
+        if isinstance(statement, Loop) and statement.parallel:
+            self.parallel_loop(statement, depth)
+        elif isinstance(statement, Loop) and statement.element:
+            self.element_guard(statement, depth, extent)
+        elif isinstance(statement, Loop):
+            self.lines.append(f"{pad}for {statement.var} in {loop_range(statement)}:")
+            self.statements(statement.body, depth + 1, extent)
+        elif isinstance(statement, Let):
+            self.lines.append(f"{pad}{statement.name} = {expression.bound(statement.value)}")
+        elif isinstance(statement, Store):
+            self.lines.append(f"{pad}{statement.array}[{expression.index(statement.index)}] = "
+                              f"{expression.bound(statement.value)}")
+        elif isinstance(statement, MatMul):
+            self.lines.append(f"{pad}{matmul_call(statement, self.persistent)}")
+        elif isinstance(statement, Barrier):
+            self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
+        elif isinstance(statement, Comment):
+            self.lines.append(f"{pad}# {statement.text}")
+        elif not isinstance(statement, Alloc):  # scratch arrays are kernel arguments
+            raise TypeError(statement)
+
+    def parallel_loop(self, loop, depth):
+        """A grid-stride loop over (item, element) pairs."""
+        pad = "    " * depth
+        extent, element = element_extent(loop.body)
+        count = expression(loop.stop)
+        if element is None:
+            self.lines.append(f"{pad}for {loop.var} in range(thread, {count}, threads):")
+        else:
+            self.lines += [f"{pad}for item in range(thread, {count} * {extent}, threads):",
+                           f"{pad}    {loop.var} = item // {extent}",
+                           f"{pad}    {element} = item % {extent}"]
+        self.statements(loop.body, depth + 1, extent)
+
+    def element_guard(self, loop, depth, extent):
+        """The body of an element loop, for the element this thread holds."""
+        low, high, variable = int(loop.start.value), int(loop.stop.value), loop.var
+        conditions = []
+        if low > 0 and high < extent:
+            conditions.append(f"{low} <= {variable} < {high}")
+        elif low > 0:
+            conditions.append(f"{variable} >= {low}")
+        elif high < extent:
+            conditions.append(f"{variable} < {high}")
+        if conditions:
+            self.lines.append(f"{'    ' * depth}if {conditions[0]}:")
+            depth += 1
+        self.statements(loop.body, depth, extent)
+
+
+def loop_range(loop):
+    start, stop = expression.bound(loop.start), expression.bound(loop.stop)
+    if loop.step != 1:
+        return f"range({start}, {stop}, {loop.step})"
+    return f"range({stop})" if loop.start == Const(0) else f"range({start}, {stop})"
+
+
+def matmul_call(product, persistent):
+    """`matmul_rows` on the weight itself, or on this block's slice in shared memory."""
+    weight = product.weight
+    rows = expression.bound(product.rows)
+    if weight in persistent:
+        return (f"matmul_rows(shared_{weight}, first_row({weight}.shape[0]), "
+                f"{weight}.shape[0], {product.x}, {product.y}, {rows})")
+    return f"matmul_rows({weight}, 0, {weight}.shape[0], {product.x}, {product.y}, {rows})"
+
+
+def scratch_arrays(kernel):
+    """The scratch arrays the kernel's body allocates: (name, shape) in order."""
+    found = []
+
+    def visit(body):
+        for statement in body:
+            if isinstance(statement, Alloc):
+                found.append((statement.name, statement.shape))
+            elif isinstance(statement, Loop):
+                visit(statement.body)
+
+    visit(kernel.body)
+    return found
+
+
+def batch_weights(kernel):
+    """The weights multiplied inside the batch loop (the kernel's sequential top-level loop):
+    read in every batch, worth keeping on chip."""
+    weights = []
+    for loop in kernel.body:
+        if isinstance(loop, Loop) and not loop.parallel:
+            for statement in loop.body:
+                if isinstance(statement, MatMul) and statement.weight not in weights:
+                    weights.append(statement.weight)
+    return weights
+
+
+def _module_header(kernel, header, runtime_names):
+    return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",
+            "", f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}", "",
+            f"real = np.{kernel.dtype}", MATH, ""]
+
+
+def _jit(fast_math):
+    return f"@cuda.jit(fastmath={fast_math}, cache=True)"
+
+
+def emit_fused(kernel, fast_math, header, persistent):
+    """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
+    shape of a block's slice of it."""
+    arguments = kernel.scalars + kernel.arrays + tuple(name for name, _ in
+                                                       scratch_arrays(kernel))
+    runtime_names = ["first_row", "load_rows", "matmul_rows"] if persistent else ["matmul_rows"]
+    lines = _module_header(kernel, header, runtime_names) + [
+        _jit(fast_math), f"def {kernel.name}({', '.join(arguments)}):",
+        "    grid = cuda.cg.this_grid()",
+        "    thread = cuda.grid(1)",
+        "    threads = cuda.gridsize(1)"]
+    if persistent:
+        lines.append("    # model persistence: each block keeps its rows of the weights "
+                     "multiplied in every batch")
+        for weight, (rows, columns) in persistent.items():
+            lines += [f"    shared_{weight} = cuda.shared.array(({rows}, {columns}), real)",
+                      f"    load_rows({weight}, shared_{weight})"]
+        lines.append("    cuda.syncthreads()")
+    emitter = Emitter(persistent)
+    emitter.statements(kernel.body, 1)
+    return "\n".join(lines + emitter.lines) + "\n"
+
+
+def free_names(statement):
+    """The names a statement reads that it does not bind itself: its kernel's arguments when
+    it runs as a launch of its own."""
+    used, bound = [], set()
+
+    def note(name):
+        if name not in bound and name not in used:
+            used.append(name)
+
+    def read(node):
+        if isinstance(node, Var):
+            note(node.name)
+        elif isinstance(node, Load):
+            note(node.array)
+            for index in node.index:
+                read(index)
+        elif isinstance(node, BinOp):
+            read(node.left)
+            read(node.right)
+        elif hasattr(node, "args"):
+            for argument in node.args:
+                read(argument)
+
+    def visit(body):
+        for item in body:
+            if isinstance(item, Loop):
+                read(item.start)
+                read(item.stop)
+                bound.add(item.var)
+                visit(item.body)
+            elif isinstance(item, Let):
+                read(item.value)
+                bound.add(item.name)
+            elif isinstance(item, Store):
+                note(item.array)
+                for index in item.index:
+                    read(index)
+                read(item.value)
+
+    visit([statement])
+    if isinstance(statement, Loop) and statement.parallel:
+        element = element_extent(statement.body)[1]
+        used = [name for name in used if name not in (statement.var, element)]
+    return used
+
+
+def emit_unfused(kernel, fast_math, header):
+    """(source, host arrays): a kernel per parallel statement and the host function that
+    launches them, `launch(kernel, items, arguments)` running one over `items` work items; it
+    takes host copies of the structure arrays it reads (`host_batch_begin`) last."""
+    host_arrays = []
+    kernels, host_lines = [], []
+
+    def host_expression(node):
+        if isinstance(node, Load):
+            if node.array not in host_arrays:
+                host_arrays.append(node.array)
+            return f"host_{node.array}[{', '.join(host_expression(i) for i in node.index)}]"
+        if isinstance(node, BinOp):
+            return (f"({host_expression(node.left)} {node.operator} "
+                    f"{host_expression(node.right)})")
+        return expression(node)
+
+    def host_bound(node):
+        text = host_expression(node)
+        return text[1:-1] if isinstance(node, BinOp) else text
+
+    def visit(body, depth):
+        pad = "    " * depth
+        for statement in body:
+            if isinstance(statement, Loop) and statement.parallel:
+                name = f"{kernel.name}_{len(kernels)}"
+                arguments = free_names(statement)
+                emitter = Emitter()
+                emitter.parallel_loop(statement, 1)
+                kernels.append([_jit(fast_math), f"def {name}({', '.join(arguments)}):",
+                                "    thread = cuda.grid(1)",
+                                "    threads = cuda.gridsize(1)"] + emitter.lines)
+                extent = element_extent(statement.body)[0]
+                items = host_expression(statement.stop) + (f" * {extent}" if extent > 1
+                                                           else "")
+                host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}])")
+            elif isinstance(statement, MatMul):
+                rows = host_bound(statement.rows)
+                host_lines.append(
+                    f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
+                    f"[{statement.weight}, {statement.x}, {statement.y}, {rows}])")
+            elif isinstance(statement, Loop):
+                host_lines.append(f"{pad}for {statement.var} in range("
+                                  f"{host_bound(statement.start)}, "
+                                  f"{host_bound(statement.stop)}, {statement.step}):")
+                visit(statement.body, depth + 1)
+            elif isinstance(statement, Let):
+                host_lines.append(f"{pad}{statement.name} = {host_bound(statement.value)}")
+            elif isinstance(statement, Barrier):
+                host_lines.append(f"{pad}# barrier (launches run in order): {statement.reason}")
+            elif isinstance(statement, Comment):
+                host_lines.append(f"{pad}# {statement.text}")
+            elif not isinstance(statement, Alloc):
+                raise TypeError(statement)
+
+    visit(kernel.body, 1)
+    arguments = (("launch",) + kernel.scalars + kernel.arrays
+                 + tuple(name for name, _ in scratch_arrays(kernel))
+                 + tuple(f"host_{name}" for name in host_arrays))
+    lines = _module_header(kernel, header, ["matmul_kernel"])
+    for kernel_lines in kernels:
+        lines += kernel_lines + ["", ""]
+    lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines
+    return "\n".join(lines) + "\n", tuple(host_arrays)

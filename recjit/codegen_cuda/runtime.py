@@ -1,0 +1,65 @@
+"""Device functions that generated CUDA kernels call.
+
+A weight's rows are split evenly over the grid's blocks: block b owns rows
+[b·n, (b+1)·n) with n = ⌈rows / blocks⌉, for the whole launch. `matmul_rows` computes only the
+owned rows, so a persistent kernel can keep them in shared memory (`load_rows`) and read them
+from there in every batch. Inside a block, consecutive threads take consecutive rows: the
+reads of `x[s, k]` are broadcasts, those of a shared weight slice hit distinct banks (the
+slice's rows are padded to an odd length)."""
+from numba import cuda
+
+
+@cuda.jit(device=True, inline=True)
+def rows_per_block(num_rows):
+    return (num_rows + cuda.gridDim.x - 1) // cuda.gridDim.x
+
+
+@cuda.jit(device=True, inline=True)
+def first_row(num_rows):
+    """The first weight row this block owns."""
+    return cuda.blockIdx.x * rows_per_block(num_rows)
+
+
+@cuda.jit(device=True, inline=True)
+def load_rows(weight, weight_slice):
+    """Copy this block's rows of `weight` into `weight_slice` (shared memory); the caller
+    synchronizes the block before reading it."""
+    begin = first_row(weight.shape[0])
+    owned = min(rows_per_block(weight.shape[0]), weight.shape[0] - begin)
+    columns = weight.shape[1]
+    for item in range(cuda.threadIdx.x, owned * columns, cuda.blockDim.x):
+        row = item // columns
+        column = item % columns
+        weight_slice[row, column] = weight[begin + row, column]
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
+    weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
+    itself, or this block's slice of it)."""
+    begin = first_row(num_rows)
+    owned = min(rows_per_block(num_rows), num_rows - begin)
+    columns = x.shape[1]
+    for item in range(cuda.threadIdx.x, rows * owned, cuda.blockDim.x):
+        s = item // owned
+        r = begin + item % owned
+        local = r - weight_first_row
+        total = x[s, 0] * weight[local, 0]
+        for k in range(1, columns):
+            total += x[s, k] * weight[local, k]
+        y[s, r] = total
+
+
+@cuda.jit
+def matmul_kernel(weight, x, y, rows):
+    """One matrix product as a launch of its own (the unfused schedule)."""
+    matmul_rows(weight, 0, weight.shape[0], x, y, rows)
+
+
+@cuda.jit
+def gather_rows(source, order, out):
+    """out[i] = source[order[i]]: states from the linearized order into the forest's."""
+    columns = out.shape[1]
+    for item in range(cuda.grid(1), out.shape[0] * columns, cuda.gridsize(1)):
+        out[item // columns, item % columns] = source[order[item // columns], item % columns]

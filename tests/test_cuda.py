@@ -1,0 +1,194 @@
+"""The CUDA backend: every model of the zoo, run through its generated kernel (in numba's
+simulator without a GPU), equals the naive recursion within 1e-5 relative (float64); the
+fused schedule is one launch per run; parameters and results can stay on the device."""
+import io
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import recjit as rj
+from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
+from gru import gru, make_params as gru_params
+from lstm import lstm, make_params as lstm_params
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from simple_tree_gru import simple_tree_gru
+from tree_fc import make_params as tree_fc_params, tree_fc
+from tree_gru import make_params as tree_gru_params, tree_gru
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
+
+from conftest import assert_same_result, binary_forests, nary_forests, random_dags, seeds, \
+    word_sequences
+from numba.core import config
+
+VOCAB = 12
+HIDDEN = 3
+FUSED, UNFUSED = rj.Schedule(), rj.Schedule(fusion=False)
+# The simulator runs every GPU thread as a Python thread: few, small examples.
+small = settings(max_examples=4)
+
+
+def check(model, forest, p, schedule=FUSED):
+    assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
+                       model.reference(forest, p))
+
+
+TREE_MODELS = {
+    "tree_fc": (tree_fc, tree_fc_params), "tree_rnn": (tree_rnn, tree_rnn_params),
+    "tree_lstm": (tree_lstm, tree_lstm_params), "mv_rnn": (mv_rnn, mv_rnn_params)}
+CHILD_SUM_MODELS = {
+    "tree_gru": (tree_gru, tree_gru_params), "simple_tree_gru": (simple_tree_gru,
+                                                                 tree_gru_params),
+    "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params)}
+SEQUENCE_MODELS = {"lstm": (lstm, lstm_params), "gru": (gru, gru_params)}
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+@pytest.mark.parametrize("name", sorted(TREE_MODELS))
+@small
+@given(forest=binary_forests(VOCAB, max_trees=3, max_leaves=6), seed=seeds)
+def test_binary_tree_models_equal_reference(name, schedule, forest, seed):
+    model, make_params = TREE_MODELS[name]
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed), schedule)
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+@pytest.mark.parametrize("name", sorted(CHILD_SUM_MODELS))
+@small
+@given(forest=nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4), seed=seeds)
+def test_child_sum_models_equal_reference(name, schedule, forest, seed):
+    model, make_params = CHILD_SUM_MODELS[name]
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed), schedule)
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+@pytest.mark.parametrize("name", sorted(SEQUENCE_MODELS))
+@small
+@given(forest=word_sequences(VOCAB, max_length=8, max_sequences=3), seed=seeds)
+def test_sequence_models_equal_reference(name, schedule, forest, seed):
+    model, make_params = SEQUENCE_MODELS[name]
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed), schedule)
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+@small
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), seed=seeds)
+def test_dag_rnn_equals_reference_on_grids(schedule, rows, cols, seed):
+    forest = grids(2, HIDDEN, rows, cols, dtype="float64", seed=seed)
+    check(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64", seed=seed), schedule)
+
+
+@small
+@given(forest=random_dags(features=HIDDEN, max_nodes=10), seed=seeds)
+def test_dag_rnn_equals_reference_on_random_dags(forest, seed):
+    check(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64", seed=seed))
+
+
+def launches_during(monkeypatch, run):
+    """How many kernel launches `run()` makes: every launch configures a dispatcher."""
+    from recjit.codegen_cuda.runtime import matmul_kernel
+    dispatcher_type = type(matmul_kernel)
+    configure = dispatcher_type.__getitem__
+    launches = []
+
+    def counting(self, configuration):
+        launches.append(self)
+        return configure(self, configuration)
+
+    monkeypatch.setattr(dispatcher_type, "__getitem__", counting)
+    run()
+    monkeypatch.undo()
+    return len(launches)
+
+
+def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    tree_lstm.run(forest, p, backend="cuda")
+    assert launches_during(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda")) == 1
+
+
+def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    tree_lstm.run(forest, p, backend="cuda", schedule=UNFUSED)
+    launches = launches_during(monkeypatch, lambda: tree_lstm.run(
+        forest, p, backend="cuda", schedule=UNFUSED))
+    # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
+    assert launches == 3 + 3 * 4
+
+
+def test_device_parameters_are_reused_across_runs():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    on_device = p.to_device()
+    for nested in ([(1, (2, 3))], [((4, 5), (6, 7)), (8, 9)]):
+        forest = rj.Forest.from_nested(nested)
+        assert_same_result(tree_lstm.run(forest, on_device, backend="cuda"),
+                           tree_lstm.reference(forest, p))
+
+
+def test_device_output_stays_on_the_device_and_equals_host_output():
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", 5)
+    on_device = tree_rnn.run(forest, p, backend="cuda", device_output=True)
+    host = tree_rnn.run(forest, p, backend="cuda")
+    for device_array, host_array in zip(on_device.nodes + on_device.roots,
+                                        host.nodes + host.roots):
+        assert not isinstance(device_array, np.ndarray)
+        np.testing.assert_array_equal(device_array.copy_to_host(), host_array)
+
+
+def test_float32_kernels_equal_reference_within_float32_rounding():
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), 5])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float32", 7)
+    assert_same_result(tree_lstm.run(forest, p, backend="cuda"), tree_lstm.reference(forest, p),
+                       rtol=1e-4, atol=1e-5)
+
+
+def test_explain_says_which_weights_stay_in_shared_memory():
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"), backend="cuda",
+                             file=io.StringIO())
+    assert "launch: fused: one cooperative launch" in text
+    assert "kept in shared memory for the whole launch:" in text
+    assert f"p_U_iou ({3 * HIDDEN} rows each)" in text and f"p_U_f ({HIDDEN} rows each)" in text
+
+
+def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right():
+    forest = rj.Forest.from_nested([((1, 2), (3, 4))])
+    p = tree_rnn_params(80, VOCAB, "float64", 2)  # 2 × 80 × 80 × 8 bytes > 48 KiB
+    text = tree_rnn.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert "do not fit in shared memory: read through L2" in text
+    check(tree_rnn, forest, p)
+
+
+def test_bad_input_is_refused_before_any_kernel_runs():
+    forest = rj.Forest.from_nested([(1, VOCAB + 3)])
+    with pytest.raises(rj.InputError, match=f"field 'word' = {VOCAB + 3}"):
+        tree_rnn.run(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), backend="cuda")
+
+
+def test_device_output_needs_the_cuda_backend():
+    forest = rj.Forest.from_nested([(1, 2)])
+    with pytest.raises(rj.RecJitError, match="device_output"):
+        tree_rnn.run(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), device_output=True)
+
+
+@pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator takes NumPy arrays only")
+def test_parameters_exposing_the_cuda_array_interface_are_used_in_place():
+    from numba import cuda
+
+    class Foreign:
+        """A GPU array from another library: only `__cuda_array_interface__`."""
+
+        def __init__(self, array):
+            self.array = array
+            self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", 4)
+    foreign = rj.DeviceParams(**{name: Foreign(cuda.to_device(getattr(p, name)))
+                                 for name in p.names()})
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    assert_same_result(tree_rnn.run(forest, foreign, backend="cuda"),
+                       tree_rnn.reference(forest, p))

@@ -85,38 +85,46 @@ def test_dag_rnn_equals_reference_on_random_dags(forest, seed):
     check(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64", seed=seed))
 
 
-def launches_during(monkeypatch, run):
-    """How many kernel launches `run()` makes: every launch configures a dispatcher."""
+def launch_grids(monkeypatch, run):
+    """The grid of every kernel launch `run()` makes: each launch configures a dispatcher."""
     from recjit.codegen_cuda.runtime import matmul_kernel
     dispatcher_type = type(matmul_kernel)
     configure = dispatcher_type.__getitem__
-    launches = []
+    grids = []
 
-    def counting(self, configuration):
-        launches.append(self)
+    def recording(self, configuration):
+        grids.append(configuration[0])
         return configure(self, configuration)
 
-    monkeypatch.setattr(dispatcher_type, "__getitem__", counting)
+    monkeypatch.setattr(dispatcher_type, "__getitem__", recording)
     run()
     monkeypatch.undo()
-    return len(launches)
+    return grids
 
 
 def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
     tree_lstm.run(forest, p, backend="cuda")
-    assert launches_during(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda")) == 1
+    assert len(launch_grids(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda"))) == 1
 
 
 def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
     tree_lstm.run(forest, p, backend="cuda", schedule=UNFUSED)
-    launches = launches_during(monkeypatch, lambda: tree_lstm.run(
+    grids = launch_grids(monkeypatch, lambda: tree_lstm.run(
         forest, p, backend="cuda", schedule=UNFUSED))
     # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
-    assert launches == 3 + 3 * 4
+    assert len(grids) == 3 + 3 * 4
+
+
+def test_unfused_launches_of_several_blocks_equal_reference(monkeypatch):
+    """Wide enough that steps and products spread over several blocks, even simulated."""
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), ((8, 9), 10)])
+    p = tree_lstm_params(16, VOCAB, "float64", 11)
+    grids = launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p, UNFUSED))
+    assert max(grids) > 1
 
 
 def test_device_parameters_are_reused_across_runs():

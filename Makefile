@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Compiled kernels are cached on disk; keep them inside the checkout.
 export RECJIT_CACHE_DIR ?= $(CURDIR)/.venv/recjit-cache
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench ptx-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,5 +30,19 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench.py
 
+# Without a GPU: every generated CUDA kernel of the zoo compiled to PTX by numba-cuda and NVVM
+# (pip wheels, in a venv of their own), which the simulator cannot check (tools/check_ptx.py).
+PTX_VENV := .venv-ptx
+$(PTX_VENV)/.installed: setup.cfg
+	$(PYTHON) -m venv $(PTX_VENV)
+	$(PTX_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PTX_VENV)/bin/python -m pip install --quiet -e . numba-cuda nvidia-cuda-nvcc-cu12 \
+	  nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12
+	touch $@
+
+ptx-check: $(PTX_VENV)/.installed
+	CUDA_HOME=$$($(PTX_VENV)/bin/python -c "import nvidia.cuda_nvcc as n; print(n.__path__[0])") \
+	  $(PTX_VENV)/bin/python tools/check_ptx.py
+
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(PTX_VENV) *.egg-info .pytest_cache .hypothesis

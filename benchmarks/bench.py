@@ -2,11 +2,13 @@
 would run instead, in one process, on the same parameters and inputs.
 
     python benchmarks/bench.py [--trees ../shared/data/sst/test.txt] [--quick]
-                               [--models tree_lstm,...] [--machine NAME]
+                               [--models tree_lstm,...] [--machine NAME] [--cuda | --no-cuda]
 
 Every peer's roots are checked against the naive recursion before it is timed. Latency is the
 median over batches after a warm-up batch; recjit's compile and linearization times are reported
-apart. Writes benchmarks/results/<machine>.json, .md and .png (latency against hidden size).
+apart. With a GPU (`--cuda`, the default where numba.cuda finds one), recjit's CUDA kernel and
+PyTorch level-batched on the GPU run too, and the GPU targets of issue 4 are judged. Writes
+benchmarks/results/<machine>.json, .md and .png (latency against hidden size).
 This is a benchmark, never a test: nothing here asserts a timing."""
 import argparse
 import importlib
@@ -30,6 +32,10 @@ DEFAULT_TREES = os.path.join(HERE, "..", "..", "shared", "data", "sst", "test.tx
 PEER_MODULES = {"pytorch eager": ("peers.torch_peers", "EAGER"),
                 "pytorch level-batched": ("peers.torch_peers", "LEVELS"),
                 "dynet autobatch": ("peers.dynet_peers", "AUTOBATCH")}
+GPU_PEERS = {"pytorch level-batched cuda": ("peers.torch_peers", "LEVELS_CUDA")}
+# Cortex Table 5, V100, the smaller hidden size: ms at batch 1 and 10.
+CORTEX_V100_MS = {"tree_fc": (0.08, 0.17), "dag_rnn": (0.22, 0.39), "tree_gru": (0.18, 0.35),
+                  "tree_lstm": (0.24, 0.39), "mv_rnn": (0.34, 0.78)}
 TOLERANCE = {"rtol": 2e-3, "atol": 2e-4}  # float32 peers, each with its own summation order
 VOCAB = {}  # one vocabulary for every batch of SST trees
 
@@ -106,10 +112,10 @@ def median_seconds(calls):
     return float(np.median(times))
 
 
-def peers(name):
+def peers(name, cuda):
     """{peer: factory or the reason it is absent}, NumPy's naive recursion aside."""
     found = {}
-    for peer, (module_name, table) in PEER_MODULES.items():
+    for peer, (module_name, table) in {**PEER_MODULES, **(GPU_PEERS if cuda else {})}.items():
         try:
             module = importlib.import_module(module_name)
         except ImportError as error:
@@ -119,7 +125,7 @@ def peers(name):
     return found
 
 
-def measure(benchmark, hidden, batch, forests, repeat):
+def measure(benchmark, hidden, batch, forests, repeat, cuda):
     module = importlib.import_module(benchmark.name)
     model = getattr(module, benchmark.name)
     vocab_size = max(int(f.fields["word"].max()) + 1 for f in forests) \
@@ -138,7 +144,14 @@ def measure(benchmark, hidden, batch, forests, repeat):
            "ms": {}, "absent": {}, "max_error": {}}
     candidates = {"recjit cpu": lambda f: (lambda: model.run(f, p).roots[0]),
                   "numpy recursion": lambda f: (lambda: model.reference(f, p).roots[0])}
-    for peer, factory in peers(benchmark.name).items():
+    if cuda:
+        on_device = p.to_device()
+        start = time.perf_counter()
+        model.run(forests[0], on_device, backend="cuda")
+        row["cuda_compile_s"] = time.perf_counter() - start
+        candidates["recjit cuda"] = lambda f: (
+            lambda: model.run(f, on_device, backend="cuda").roots[0])
+    for peer, factory in peers(benchmark.name, cuda).items():
         if isinstance(factory, str):
             row["absent"][peer] = factory
         else:
@@ -176,7 +189,8 @@ def targets(results):
           "TreeLSTM h256 b10: ≥ 3x PyTorch level-batched")
     ratio(("tree_lstm", 256, 1), "dynet autobatch", 5, "TreeLSTM h256 b1: ≥ 5x DyNet")
     slowest = min(((speedup, f"{row['model']} h{row['hidden']} b{row['batch']} vs {peer}")
-                   for row in results["rows"] for peer, speedup in row["speedup"].items()),
+                   for row in results["rows"] for peer, speedup in row["speedup"].items()
+                   if peer not in ("recjit cuda", *GPU_PEERS)),
                   default=None)
     if slowest:
         judged.append(("every model run faster than every peer", f"closest: {slowest[0]:.2f}x "
@@ -186,7 +200,45 @@ def targets(results):
         share = row["gflops"] / results["matmul_gflops"]
         judged.append(("TreeLSTM h512 b10: ≥ 50% of the matmul roof",
                        f"{row['gflops']:.0f} GFLOP/s = {100 * share:.0f}%", share >= 0.5))
+    return judged + gpu_targets(results["rows"])
+
+
+def gpu_targets(rows):
+    """Issue 4's: below Cortex's V100 latency, and ≥ 10x PyTorch level-batched on the GPU."""
+    judged = []
+    for row in rows:
+        recjit_ms = row["ms"].get("recjit cuda")
+        if recjit_ms is None:
+            continue
+        name = f"{row['model']} h{row['hidden']} b{row['batch']}"
+        cortex = CORTEX_V100_MS.get(row["model"])
+        smaller_hidden = next(b.hidden[0] for b in ZOO if b.name == row["model"])
+        if cortex and row["hidden"] == smaller_hidden and row["batch"] in (1, 10):
+            wanted = cortex[0 if row["batch"] == 1 else 1]
+            judged.append((f"{name} CUDA: below Cortex's V100 {wanted} ms",
+                           f"{recjit_ms:.3f} ms", recjit_ms < wanted))
+        torch_ms = row["ms"].get("pytorch level-batched cuda")
+        if torch_ms is not None:
+            judged.append((f"{name} CUDA: ≥ 10x PyTorch level-batched on the GPU",
+                           f"{torch_ms / recjit_ms:.1f}x", torch_ms / recjit_ms >= 10))
     return judged
+
+
+def gpu_facts():
+    """The GPU numba.cuda sees (name, driver, versions), or None."""
+    from numba import cuda
+    if not cuda.is_available():
+        return None
+    device = cuda.get_current_device()
+    name = device.name.decode() if isinstance(device.name, bytes) else device.name
+    facts = {"name": name, "multiprocessors": device.MULTIPROCESSOR_COUNT,
+             "driver": ".".join(map(str, cuda.cudadrv.driver.get_version())),
+             "runtime": ".".join(map(str, cuda.runtime.get_version()))}
+    try:
+        facts["numba_cuda"] = importlib.import_module("numba_cuda").__version__
+    except ImportError:
+        facts["numba_cuda"] = "built into numba"
+    return facts
 
 
 def markdown(results):
@@ -195,8 +247,9 @@ def markdown(results):
     lines = [f"# recjit benchmark: {results['machine']}", "",
              f"{results['cpu']}; numba {results['versions']['numba']}, NumPy "
              f"{results['versions']['numpy']}; float32 matmul roof "
-             f"{results['matmul_gflops']:.0f} GFLOP/s. Median ms per batch; in brackets, "
-             "how many times slower than recjit.", "",
+             f"{results['matmul_gflops']:.0f} GFLOP/s"
+             + (f"; GPU {results['gpu']}" if results.get("gpu") else "")
+             + ". Median ms per batch; in brackets, how many times slower than recjit cpu.", "",
              "| model | hidden | batch | recjit cpu | GFLOP/s | compile s | linearize ms | "
              + " | ".join(peer_names) + " |",
              "|---" * (7 + len(peer_names)) + "|"]
@@ -209,7 +262,7 @@ def markdown(results):
                      + " | ".join(cells) + " |")
     absent = {(peer, reason) for row in results["rows"] for peer, reason in row["absent"].items()}
     lines += [""] + [f"- {peer}: {reason}" for peer, reason in sorted(absent)]
-    lines += ["", "| target (issue 5) | this run | met |", "|---|---|---|"]
+    lines += ["", "| target (issues 4, 5) | this run | met |", "|---|---|---|"]
     lines += [f"| {text} | {value} | {'yes' if met else 'no'} |"
               for text, value, met in results["targets"]]
     return "\n".join(lines) + "\n"
@@ -253,8 +306,16 @@ def main():
     parser.add_argument("--trees", default=DEFAULT_TREES)
     parser.add_argument("--quick", action="store_true", help="hs only, fewer batches (< 2 min)")
     parser.add_argument("--models", default=",".join(b.name for b in ZOO))
-    parser.add_argument("--machine", default=f"cpu-{os.cpu_count()}core")
+    parser.add_argument("--machine", default=None,
+                        help="results file name (default: the GPU's name, else cpu-<n>core)")
+    parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=None,
+                        help="also run on the GPU (default: when numba.cuda finds one)")
     args = parser.parse_args()
+    gpu = gpu_facts() if args.cuda is not False else None
+    if args.cuda and gpu is None:
+        parser.error("--cuda: numba.cuda finds no GPU here")
+    args.machine = args.machine or (gpu["name"].lower().replace(" ", "-") if gpu
+                                    else f"cpu-{os.cpu_count()}core")
     trees = None
     if args.trees and os.path.exists(args.trees):
         with open(args.trees) as handle:
@@ -264,7 +325,7 @@ def main():
                f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
                "versions": {"python": platform.python_version(), "numpy": np.__version__,
                             "numba": numba.__version__, "recjit": rj.__version__},
-               "matmul_gflops": matmul_roof(), "rows": []}
+               "gpu": gpu, "matmul_gflops": matmul_roof(), "rows": []}
     print(f"float32 matmul roof: {results['matmul_gflops']:.0f} GFLOP/s")
     for benchmark in ZOO:
         if benchmark.name not in args.models.split(","):
@@ -272,7 +333,7 @@ def main():
         for hidden in benchmark.hidden[:1] if args.quick else benchmark.hidden:
             for batch in (1, 10):
                 forests = batches(benchmark, trees, batch, count, hidden)
-                row = measure(benchmark, hidden, batch, forests, repeat)
+                row = measure(benchmark, hidden, batch, forests, repeat, gpu is not None)
                 results["rows"].append(row)
                 print(f"{row['model']:>16} h{hidden:<4} b{batch:<3} recjit "
                       f"{row['ms']['recjit cpu']:8.3f} ms {row['gflops']:6.1f} GFLOP/s | "

@@ -1,6 +1,7 @@
-"""PyTorch (CPU) peers running the cells of `cells.py`: eager recursion, one op per node as a
-user writes it, and level-batched, one batched op per level (the DGL style). The same cell
-serves both, since `x @ W.T` and `chunk(dim=-1)` apply to one vector and to a level's rows."""
+"""PyTorch peers running the cells of `cells.py`: eager recursion, one op per node as a user
+writes it, and level-batched, one batched op per level (the DGL style), on the CPU or, when
+PyTorch sees one, on the GPU. The same cell serves both, since `x @ W.T` and `chunk(dim=-1)`
+apply to one vector and to a level's rows."""
 from types import SimpleNamespace
 
 import numpy as np
@@ -24,23 +25,25 @@ class TorchOps:
     vector = staticmethod(lambda x: x)
 
 
-def tensors(arrays):
-    """{name: tensor sharing the NumPy array's memory}."""
-    return {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in arrays.items()}
+def tensors(arrays, device="cpu"):
+    """{name: tensor}; on the CPU sharing the NumPy array's memory."""
+    return {name: torch.from_numpy(np.ascontiguousarray(value)).to(device)
+            for name, value in arrays.items()}
 
 
-def parameters(params):
+def parameters(params, device="cpu"):
     """The parameters as attributes, like `p` in the recjit cell."""
-    return SimpleNamespace(**tensors({name: getattr(params, name) for name in params.names()}))
+    return SimpleNamespace(**tensors({name: getattr(params, name) for name in params.names()},
+                                     device))
 
 
 class LevelNode:
     """All the nodes of one level at once: fields and child states are row-stacked."""
 
-    def __init__(self, level, states, fields):
-        self.level, self.states, self.fields = level, states, fields
+    def __init__(self, level, states, fields, device):
+        self.level, self.states, self.fields, self.device = level, states, fields, device
         self.is_leaf = level.child.size == 0
-        self.child = torch.from_numpy(level.child)
+        self.child = torch.from_numpy(level.child).to(device)
 
     def __getattr__(self, field):
         return self.fields[field][self.level.begin:self.level.end]
@@ -56,8 +59,8 @@ class LevelNode:
         count = self.level.end - self.level.begin
         if self.level.arity > 0:
             return terms.reshape(count, self.level.arity, *terms.shape[1:]).sum(1)
-        total = torch.zeros((count, *terms.shape[1:]), dtype=terms.dtype)
-        return total.index_add_(0, torch.from_numpy(self.level.parent), terms)
+        total = torch.zeros((count, *terms.shape[1:]), dtype=terms.dtype, device=self.device)
+        return total.index_add_(0, torch.from_numpy(self.level.parent).to(self.device), terms)
 
 
 def eager(cell):
@@ -71,26 +74,30 @@ def eager(cell):
     return factory
 
 
-def level_batched(cell):
+def level_batched(cell, device="cpu"):
     def factory(forest, params):
-        p = parameters(params)
+        p = parameters(params, device)
 
         def run():
             with torch.no_grad():
                 linearized, level_list = levels(forest)
-                fields = tensors(linearized.fields)
+                fields = tensors(linearized.fields, device)
                 states = []
                 for level in level_list:
-                    values = as_tuple(cell(TorchOps, p, LevelNode(level, states, fields)))
+                    values = as_tuple(cell(TorchOps, p, LevelNode(level, states, fields,
+                                                                  device)))
                     if not states:
                         states = [torch.empty((linearized.num_nodes, *v.shape[1:]),
-                                              dtype=v.dtype) for v in values]
+                                              dtype=v.dtype, device=device) for v in values]
                     for store, value in zip(states, values):
                         store[level.begin:level.end] = value
-                return states[0][torch.from_numpy(linearized.roots)].numpy()
+                roots = torch.from_numpy(linearized.roots).to(device)
+                return states[0][roots].cpu().numpy()
         return run
     return factory
 
 
 EAGER = {name: eager(cell) for name, cell in CELLS.items()}
 LEVELS = {name: level_batched(cell) for name, cell in CELLS.items()}
+LEVELS_CUDA = ({name: level_batched(cell, "cuda") for name, cell in CELLS.items()}
+               if torch.cuda.is_available() else {})

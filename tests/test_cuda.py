@@ -2,6 +2,9 @@
 simulator without a GPU), equals the naive recursion within 1e-5 relative (float64); the
 fused schedule is one launch per run; parameters and results can stay on the device."""
 import io
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -200,3 +203,20 @@ def test_parameters_exposing_the_cuda_array_interface_are_used_in_place():
     forest = rj.Forest.from_nested([((1, 2), 3)])
     assert_same_result(tree_rnn.run(forest, foreign, backend="cuda"),
                        tree_rnn.reference(forest, p))
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="this machine has a GPU")
+def test_without_a_gpu_or_the_simulator_backend_cuda_says_what_it_needs():
+    program = ("import sys; sys.path.insert(0, 'examples'); import recjit as rj\n"
+               "from tree_rnn import tree_rnn, make_params\n"
+               "try:\n"
+               "    tree_rnn.run(rj.Forest.from_nested([(1, 2)]), make_params(3, 5, 'float64'),"
+               " backend='cuda')\n"
+               "except rj.RecJitError as error:\n"
+               "    print(error)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {**os.environ, "NUMBA_ENABLE_CUDASIM": "0"}
+    output = subprocess.run([sys.executable, "-c", program], cwd=root, env=environment,
+                            capture_output=True, text=True, timeout=120).stdout
+    assert "backend='cuda' needs an NVIDIA GPU" in output
+    assert "NUMBA_ENABLE_CUDASIM=1" in output

@@ -174,6 +174,16 @@ def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right
     check(tree_rnn, forest, p)
 
 
+def test_without_model_persistence_weights_are_read_through_l2_and_still_right():
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), 5])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 6)
+    schedule = rj.Schedule(persistence=False)
+    text = tree_lstm.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
+    assert "model persistence off" in text
+    assert "cuda.shared.array" not in tree_lstm.kernel_source("cuda")
+    check(tree_lstm, forest, p, schedule)
+
+
 def test_bad_input_is_refused_before_any_kernel_runs():
     forest = rj.Forest.from_nested([(1, VOCAB + 3)])
     with pytest.raises(rj.InputError, match=f"field 'word' = {VOCAB + 3}"):

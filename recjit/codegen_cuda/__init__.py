@@ -19,11 +19,12 @@ class CudaKernel:
     plumbing: the forest's arrays go to the device in one packed copy, the parameters unless
     they are there already (`DeviceParams`)."""
 
-    def __init__(self, kernel, fast_math, fusion, weight_shapes):
+    def __init__(self, kernel, fast_math, fusion, persistence, weight_shapes):
         device.require_device()
         self.kernel = kernel
         self.fast_math = fast_math
         self.fusion = fusion
+        self.persistence = persistence
         self.weight_shapes = weight_shapes
         self.threads = device.threads_per_block()
         self.scratch = scratch_arrays(kernel)
@@ -53,6 +54,8 @@ class CudaKernel:
     def plan_persistence(self, blocks):
         """Each block's slice of the weights multiplied in every batch, in shared memory
         when all of them fit: {weight: (rows, columns padded to an odd number)}."""
+        if not self.persistence:
+            return {}
         itemsize = np.dtype(self.kernel.dtype).itemsize
         slices = {}
         for weight in batch_weights(self.kernel):
@@ -71,6 +74,9 @@ class CudaKernel:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in self.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"
         weights = batch_weights(self.kernel)
+        if weights and not self.persistence:
+            return text + (f"; model persistence off (Schedule(persistence=False)): "
+                           f"{', '.join(weights)} read through L2 in every batch")
         if weights:
             return text + (f"; {', '.join(weights)} do not fit in shared memory: read "
                            "through L2 in every batch")

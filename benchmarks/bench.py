@@ -193,8 +193,8 @@ def targets(results):
                    if peer not in ("recjit cuda", *GPU_PEERS)),
                   default=None)
     if slowest:
-        judged.append(("every model run faster than every peer", f"closest: {slowest[0]:.2f}x "
-                       f"({slowest[1]})", slowest[0] > 1))
+        judged.append(("every model run faster than every peer",
+                       f"closest: {slowest[0]:.2f}x ({slowest[1]})", slowest[0] > 1))
     row = rows.get(("tree_lstm", 512, 10))
     if row:
         share = row["gflops"] / results["matmul_gflops"]

@@ -77,11 +77,11 @@ def _statements(body, depth, lines):
         elif isinstance(statement, MatMul):
             rows, block = _bound(statement.rows), statement.row_block
             lines += [
-                f"{pad}for block in prange(({statement.weight}.shape[0] + {block - 1}) "
-                f"// {block}):",
-                f"{pad}    matmul_rows({statement.weight}, {statement.x}, {statement.y}, "
-                f"{rows}, block * {block}, min({statement.weight}.shape[0], "
-                f"(block + 1) * {block}))"]
+                (f"{pad}for block in prange(({statement.weight}.shape[0] + {block - 1}) "
+                 f"// {block}):"),
+                (f"{pad}    matmul_rows({statement.weight}, {statement.x}, {statement.y}, "
+                 f"{rows}, block * {block}, min({statement.weight}.shape[0], "
+                 f"(block + 1) * {block}))")]
         elif isinstance(statement, Barrier):
             lines.append(f"{pad}# barrier: {statement.reason}")
         elif isinstance(statement, Comment):

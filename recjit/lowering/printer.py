@@ -19,8 +19,8 @@ def expression(node):
 
 
 def print_kernel(kernel):
-    lines = [f"kernel {kernel.name}({', '.join(kernel.scalars + kernel.arrays)})  "
-             f"dtype={kernel.dtype}"]
+    lines = [(f"kernel {kernel.name}({', '.join(kernel.scalars + kernel.arrays)})  "
+              f"dtype={kernel.dtype}")]
     _statements(kernel.body, 1, lines)
     return "\n".join(lines)
 

@@ -11,7 +11,7 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["DeviceParams", "Forest", "InputError", "NodeView", "Params", "RecJitError", "RecursionPropertyError",
-           "RecursiveModel", "Result", "Schedule", "ShapeError", "UnsupportedError", "concat",
-           "exp", "log", "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid",
-           "split", "tanh", "zeros"]
+__all__ = ["DeviceParams", "Forest", "InputError", "NodeView", "Params", "RecJitError",
+           "RecursionPropertyError", "RecursiveModel", "Result", "Schedule", "ShapeError",
+           "UnsupportedError", "concat", "exp", "log", "maximum", "minimum", "ones",
+           "recursive_model", "relu", "sigmoid", "split", "tanh", "zeros"]

@@ -10,10 +10,10 @@ from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize
 from .lowering import lower, print_kernel
-from .lowering.lower import param_name
 from .lowering.ilir import Barrier, Loop
-from .reference import NodeView, memoised_state, run_reference
+from .lowering.lower import param_name
 from .params import shape_and_dtype
+from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
 
@@ -167,9 +167,7 @@ class RecursiveModel:
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
         states = compiled.backend_kernel(linearized, p)
-        if device_output:
-            return compiled.backend_kernel.result(states, shapes, linearized, device_output)
-        return compiled.backend_kernel.result(states, shapes, linearized)
+        return compiled.backend_kernel.result(states, shapes, linearized, device_output)
 
     def reference(self, forest, p):
         """The naive recursion's result, in the same `Result` form as `run`."""

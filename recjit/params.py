@@ -20,24 +20,17 @@ class Params:
                                for name, value in vars(self).items()})
 
     def __repr__(self):
-        shapes = ", ".join(f"{k}={getattr(self, k).shape}" for k in self.names())
-        return f"Params({shapes})"
+        shapes = ", ".join(f"{k}={tuple(getattr(self, k).shape)}" for k in self.names())
+        return f"{type(self).__name__}({shapes})"
 
 
-class DeviceParams:
+class DeviceParams(Params):
     """Parameters in GPU memory (`Params.to_device()`): numba device arrays, or any arrays
-    exposing `__cuda_array_interface__` (CuPy, PyTorch CUDA tensors)."""
+    exposing `__cuda_array_interface__` (CuPy, PyTorch CUDA tensors), kept as they are."""
 
-    def __init__(self, **arrays):
+    def __init__(self, **arrays):  # noqa: PLW0231 (Params.__init__ would copy them to the host)
         for name, value in arrays.items():
             setattr(self, name, value)
-
-    def names(self):
-        return sorted(vars(self))
-
-    def __repr__(self):
-        shapes = ", ".join(f"{k}={tuple(getattr(self, k).shape)}" for k in self.names())
-        return f"DeviceParams({shapes})"
 
 
 def shape_and_dtype(value):

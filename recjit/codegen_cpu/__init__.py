@@ -3,12 +3,11 @@ import threading
 
 import numpy as np
 
+from ..generated import load_module
 from ..lowering.arguments import forest_arguments
 from ..result import Result
-from ..generated import load_module
 from . import runtime
 from .emit import emit_source
-
 
 # One kernel at a time in this process: each already uses every core, and numba's workqueue
 # threading layer (the one always present) aborts on concurrent parallel launches.
@@ -47,7 +46,9 @@ class CpuKernel:
         return [states[name] for name, _ in self.kernel.states]
 
     @staticmethod
-    def result(states, shapes, linearized):
+    def result(states, shapes, linearized, device_output=False):
+        """The states in the forest's order; they are on the host already (`run` refuses
+        `device_output` for the CPU)."""
         return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
 
     @staticmethod

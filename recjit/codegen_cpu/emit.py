@@ -2,7 +2,7 @@
 
 The translation is one to one: a parallel ILIR loop is a `prange`, a `MatMul` a `prange` over
 blocks of weight rows, every other statement the Python line it prints as."""
-from ..lowering.ilir import Alloc, Barrier, Comment, Const, Let, Loop, MatMul, Store
+from ..lowering.ilir import Alloc, Barrier, Comment, Let, Loop, MatMul, Store
 from ..lowering.pysource import PythonExpressions
 
 FAST_MATH = '''
@@ -55,15 +55,8 @@ def _statements(body, depth, lines):
     pad = "    " * depth
     for statement in body:
         if isinstance(statement, Loop):
-            if statement.parallel:
-                header = f"prange({_bound(statement.stop)})"
-            elif statement.step != 1:
-                header = (f"range({_bound(statement.start)}, {_bound(statement.stop)}, "
-                          f"{statement.step})")
-            elif statement.start == Const(0):
-                header = f"range({_bound(statement.stop)})"
-            else:
-                header = f"range({_bound(statement.start)}, {_bound(statement.stop)})"
+            header = (f"prange({_bound(statement.stop)})" if statement.parallel
+                      else expression.range(statement))
             lines.append(f"{pad}for {statement.var} in {header}:")
             _statements(statement.body, depth + 1, lines)
         elif isinstance(statement, Let):

@@ -83,7 +83,7 @@ class CudaKernel:
         return text
 
     # running -----------------------------------------------------------------------------
-    def __call__(self, linearized, params, device_output=False):
+    def __call__(self, linearized, params):
         dtype = np.dtype(self.kernel.dtype)
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
         on_device = _packed_to_device(forest_arrays)
@@ -92,7 +92,7 @@ class CudaKernel:
         states = {name: device.device_array((linearized.num_nodes, size), dtype)
                   for name, size in self.kernel.states}
         scratch = self.scratch_for(scalars, dtype)
-        arrays = {**on_device, **parameters, **states, **scratch}
+        arrays = {**on_device, **parameters, **states}
         arguments = [scalars[name] for name in self.kernel.scalars]
         arguments += [arrays[name] for name in self.kernel.arrays]
         arguments += [scratch[name] for name, _ in self.scratch]

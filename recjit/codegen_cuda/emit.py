@@ -10,7 +10,7 @@ launch into shared memory, each block its own rows, when they fit.
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, Let, Load, Loop, MatMul,
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Let, Load, Loop, MatMul,
                              Store, Var)
 from ..lowering.pysource import PythonExpressions
 
@@ -59,7 +59,7 @@ class Emitter:
         elif isinstance(statement, Loop) and statement.element:
             self.element_guard(statement, depth, extent)
         elif isinstance(statement, Loop):
-            self.lines.append(f"{pad}for {statement.var} in {loop_range(statement)}:")
+            self.lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
             self.statements(statement.body, depth + 1, extent)
         elif isinstance(statement, Let):
             self.lines.append(f"{pad}{statement.name} = {expression.bound(statement.value)}")
@@ -91,24 +91,13 @@ class Emitter:
     def element_guard(self, loop, depth, extent):
         """The body of an element loop, for the element this thread holds."""
         low, high, variable = int(loop.start.value), int(loop.stop.value), loop.var
-        conditions = []
-        if low > 0 and high < extent:
-            conditions.append(f"{low} <= {variable} < {high}")
-        elif low > 0:
-            conditions.append(f"{variable} >= {low}")
-        elif high < extent:
-            conditions.append(f"{variable} < {high}")
-        if conditions:
-            self.lines.append(f"{'    ' * depth}if {conditions[0]}:")
+        condition = (f"{low} <= {variable} < {high}" if low > 0 and high < extent
+                     else f"{variable} >= {low}" if low > 0
+                     else f"{variable} < {high}" if high < extent else None)
+        if condition:
+            self.lines.append(f"{'    ' * depth}if {condition}:")
             depth += 1
         self.statements(loop.body, depth, extent)
-
-
-def loop_range(loop):
-    start, stop = expression.bound(loop.start), expression.bound(loop.stop)
-    if loop.step != 1:
-        return f"range({start}, {stop}, {loop.step})"
-    return f"range({stop})" if loop.start == Const(0) else f"range({start}, {stop})"
 
 
 def matmul_call(product, persistent):
@@ -200,7 +189,7 @@ def free_names(statement):
         elif isinstance(node, BinOp):
             read(node.left)
             read(node.right)
-        elif hasattr(node, "args"):
+        elif isinstance(node, Call):
             for argument in node.args:
                 read(argument)
 
@@ -234,19 +223,12 @@ def emit_unfused(kernel, fast_math, header):
     host_arrays = []
     kernels, host_lines = [], []
 
-    def host_expression(node):
-        if isinstance(node, Load):
-            if node.array not in host_arrays:
-                host_arrays.append(node.array)
-            return f"host_{node.array}[{', '.join(host_expression(i) for i in node.index)}]"
-        if isinstance(node, BinOp):
-            return (f"({host_expression(node.left)} {node.operator} "
-                    f"{host_expression(node.right)})")
-        return expression(node)
+    def host_array(array):
+        if array not in host_arrays:
+            host_arrays.append(array)
+        return f"host_{array}"
 
-    def host_bound(node):
-        text = host_expression(node)
-        return text[1:-1] if isinstance(node, BinOp) else text
+    host = PythonExpressions(CALLS, host_array)
 
     def visit(body, depth):
         pad = "    " * depth
@@ -260,21 +242,18 @@ def emit_unfused(kernel, fast_math, header):
                                 "    thread = cuda.grid(1)",
                                 "    threads = cuda.gridsize(1)"] + emitter.lines)
                 extent = element_extent(statement.body)[0]
-                items = host_expression(statement.stop) + (f" * {extent}" if extent > 1
-                                                           else "")
+                items = host(statement.stop) + (f" * {extent}" if extent > 1 else "")
                 host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}])")
             elif isinstance(statement, MatMul):
-                rows = host_bound(statement.rows)
+                rows = host.bound(statement.rows)
                 host_lines.append(
                     f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
                     f"[{statement.weight}, {statement.x}, {statement.y}, {rows}])")
             elif isinstance(statement, Loop):
-                host_lines.append(f"{pad}for {statement.var} in range("
-                                  f"{host_bound(statement.start)}, "
-                                  f"{host_bound(statement.stop)}, {statement.step}):")
+                host_lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
                 visit(statement.body, depth + 1)
             elif isinstance(statement, Let):
-                host_lines.append(f"{pad}{statement.name} = {host_bound(statement.value)}")
+                host_lines.append(f"{pad}{statement.name} = {host.bound(statement.value)}")
             elif isinstance(statement, Barrier):
                 host_lines.append(f"{pad}# barrier (launches run in order): {statement.reason}")
             elif isinstance(statement, Comment):

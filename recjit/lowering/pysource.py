@@ -4,10 +4,12 @@ from .ilir import BinOp, Call, Const, Load, Var
 
 
 class PythonExpressions:
-    """`calls` maps each ILIR math function to a format string, e.g. `"math.exp({})"`."""
+    """`calls` maps each ILIR math function to a format string, e.g. `"math.exp({})"`;
+    `array_name` gives the name an ILIR array has in the emitted code (by default its own)."""
 
-    def __init__(self, calls):
+    def __init__(self, calls, array_name=None):
         self.calls = calls
+        self.array_name = array_name or (lambda array: array)
 
     def __call__(self, node):
         if isinstance(node, Var):
@@ -15,7 +17,7 @@ class PythonExpressions:
         if isinstance(node, Const):
             return str(node.value) if isinstance(node.value, int) else f"real({node.value!r})"
         if isinstance(node, Load):
-            return f"{node.array}[{', '.join(self(i) for i in node.index)}]"
+            return f"{self.array_name(node.array)}[{', '.join(self(i) for i in node.index)}]"
         if isinstance(node, Call):
             return self.calls[node.function].format(*(self(a) for a in node.args))
         if isinstance(node, BinOp):
@@ -31,3 +33,10 @@ class PythonExpressions:
 
     def index(self, indices):
         return ", ".join(self.bound(i) for i in indices)
+
+    def range(self, loop):
+        """`range(...)` of a sequential loop, as short as its bounds allow."""
+        start, stop = self.bound(loop.start), self.bound(loop.stop)
+        if loop.step != 1:
+            return f"range({start}, {stop}, {loop.step})"
+        return f"range({stop})" if loop.start == Const(0) else f"range({start}, {stop})"

@@ -36,3 +36,8 @@ class InputError(RecJitError):
 
 class ShapeError(SourceLocated, InputError):
     """A parameter or field whose shape does not fit the operation on the named line."""
+
+
+class ScheduleError(RecJitError):
+    """A schedule that is malformed, or cannot apply to this model or backend; names the
+    field."""

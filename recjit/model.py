@@ -8,9 +8,8 @@ import numpy as np
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
-from .linearize import Forest, first_outside, linearize
-from .lowering import lower, print_kernel
-from .lowering.ilir import Barrier, Loop
+from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
+from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .params import shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
@@ -46,10 +45,12 @@ def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedul
 
 
 class Compiled:
-    """Everything compiled for one input signature: cell IR, ILIR kernel, machine code."""
+    """Everything compiled for one input signature: cell IR, the schedule with the compiler's
+    choices filled in, ILIR kernel, machine code."""
 
-    def __init__(self, cell, kernel, backend_kernel):
+    def __init__(self, cell, schedule, kernel, backend_kernel):
         self.cell = cell
+        self.schedule = schedule
         self.kernel = kernel
         self.backend_kernel = backend_kernel
 
@@ -115,17 +116,19 @@ class RecursiveModel:
                     field_specs = {name: (values.shape[1:], values.dtype)
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
-                    kernel = lower(cell, schedule)
-                    fast_math = schedule.fast_math and cell.dtype == "float32"
-                    compiled = Compiled(cell, kernel, backend_kernel(
-                        backend, kernel, fast_math, schedule, key[2]))
+                    chosen = choose_schedule(cell, schedule, backend, self.kind, self.arity)
+                    kernel = lower(cell, chosen)
+                    fast_math = chosen.fast_math and cell.dtype == "float32"
+                    compiled = Compiled(cell, chosen, kernel, backend_kernel(
+                        backend, kernel, fast_math, chosen, key[2]))
                     self._compiled[key] = compiled
         self._latest[backend] = compiled
         return compiled
 
     # running ---------------------------------------------------------------------------
-    def linearize(self, forest):
-        """Validate the forest against the model's structure and linearize it."""
+    def linearize(self, forest, schedule=None):
+        """Validate the forest against the model's structure and linearize it into the
+        batches `schedule` runs."""
         if not isinstance(forest, Forest):
             raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
         if forest.num_nodes and self.arity is not None:
@@ -135,7 +138,14 @@ class RecursiveModel:
                 node = int(wrong[0])
                 raise InputError(f"node {node} has {int(children[node])} children; the model "
                                  f"declares arity={self.arity} (0 or {self.arity} children)")
-        return linearize(forest, single_parent=self.kind != "dag")
+        linearized = linearize(forest, single_parent=self.kind != "dag")
+        if schedule is None or linearized.num_nodes == 0:
+            return linearized
+        if schedule.unroll > 1:
+            return unroll_batches(linearized, schedule.unroll, schedule.dynamic_batching)
+        if not schedule.dynamic_batching:
+            return one_node_per_batch(linearized)
+        return linearized
 
     def check_gathers(self, cell, linearized, p):
         """Every gathered field index lies inside its table, on the nodes that read it."""
@@ -159,7 +169,7 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         compiled = self.compile(forest, p, backend, schedule)
-        linearized = self.linearize(forest)
+        linearized = self.linearize(forest, compiled.schedule)
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
@@ -191,7 +201,7 @@ class RecursiveModel:
     def explain(self, forest, p, backend="cpu", schedule=None, file=None):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
         compiled = self.compile(forest, p, backend, schedule)
-        linearized = self.linearize(forest)
+        linearized = self.linearize(forest, compiled.schedule)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",
@@ -200,7 +210,8 @@ class RecursiveModel:
             f"{linearized}",
             f"internal batches run from the leaves up: {sizes[:-1][::-1].tolist()}",
             "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
-            f"barriers per batch: {_count_barriers(compiled.kernel)}",
+            f"schedule: {compiled.schedule}",
+            f"barriers per batch: {barriers_per_batch(compiled.kernel)}",
             f"launch: {compiled.backend_kernel.describe()}",
         ])
         print(text, file=file)
@@ -242,10 +253,3 @@ def check_finite_inputs(cell, forest, p):
             where = f"node {index[0]}, " if what.startswith("field") else ""
             raise InputError(f"{what} holds {values[index]} at {where}index {index}; "
                              "check_finite=True refuses NaN and infinite inputs")
-
-
-def _count_barriers(kernel):
-    for statement in kernel.body:
-        if isinstance(statement, Loop) and statement.var == "b":
-            return sum(isinstance(s, Barrier) for s in statement.body)
-    return 0

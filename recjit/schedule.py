@@ -1,11 +1,23 @@
-"""How a model is computed, kept apart from what it computes (Cortex §3.1)."""
-from dataclasses import dataclass
+"""How a model is computed, kept apart from what it computes (Cortex §3.1).
+
+A `Schedule` is what the user asks for; a field left at None is the compiler's to choose,
+and `lowering.choose_schedule` fills it in per model and backend (`explain()` prints the
+result). Every combination computes the same values as the naive recursion."""
+from dataclasses import dataclass, fields, replace
+
+from .errors import ScheduleError
 
 
 @dataclass(frozen=True)
 class Schedule:
     """Scheduling choices.
 
+    - `dynamic_batching`: a batch is every node of one height across the whole forest;
+      `False` runs the internal nodes one at a time, in an order that puts children first
+      (the ablation baseline: only the products' rows run in parallel).
+    - `specialize`: the leaf case and the internal case get loop nests of their own; `False`
+      runs one loop nest over every batch, leaves included, that branches on the batch's case
+      (and so cannot hoist the leaves).
     - `hoist`: field-only work (leaf states, input projections) runs as one parallel pass over
       all nodes before the batches.
     - `fusion` (CUDA): one persistent cooperative launch per run, with grid barriers; `False`
@@ -14,17 +26,43 @@ class Schedule:
     - `persistence` (CUDA, fused): each block keeps its rows of the weights multiplied in every
       batch in shared memory for the whole launch, when they fit; `False` reads them through L2
       in every batch (the ablation baseline).
+    - `unroll` (CPU; trees and sequences): the recursion unrolled to this depth: one work item
+      computes a node and its descendants up to `unroll - 1` levels down, one after another,
+      so a batch covers `unroll` heights with no barrier inside; 1 is no unrolling.
+    - `refactor`: recursive refactoring (Cortex Fig. 4): each product of a weight with a
+      child's state moves from the parent's iteration to the end of the child's own, where it
+      multiplies the state just computed; the parent reads the result elementwise, which
+      removes the barrier before the parent's first products. None: where that removes a
+      barrier per batch without adding multiply-adds (CPU), or removes one at all (CUDA).
     - `fast_math`: in float32 kernels, the CPU's tanh and sigmoid use a branch-free rational
       approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
       compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
     - `row_block`: weight rows per parallel work item of a CPU matrix product."""
 
+    dynamic_batching: bool = True
+    specialize: bool = True
     hoist: bool = True
     fusion: bool = True
     persistence: bool = True
+    unroll: int = 1
+    refactor: bool = None
     fast_math: bool = True
     row_block: int = 32
 
     def __post_init__(self):
-        if self.row_block < 1:
-            raise ValueError("Schedule.row_block must be a positive number of weight rows")
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.type is bool and not isinstance(value, bool) and not (
+                    value is None and field.default is None):
+                raise ScheduleError(f"Schedule.{field.name} must be True or False"
+                                    + (" or None (the compiler chooses)"
+                                       if field.default is None else "")
+                                    + f", not {value!r}")
+        for name in ("unroll", "row_block"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScheduleError(f"Schedule.{name} must be a positive integer, not {value!r}")
+
+    def but(self, **changes):
+        """This schedule with some fields changed."""
+        return replace(self, **changes)

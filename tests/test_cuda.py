@@ -112,14 +112,19 @@ def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
     assert len(launch_grids(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda"))) == 1
 
 
-def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch):
+@pytest.mark.parametrize("refactor, launches", [
+    # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
+    (False, 3 + 3 * 4),
+    # the same, each pass followed by the 2 refactored products of its states; no batch packs
+    (True, (3 + 2) + 3 * (1 + 2))], ids=["plain", "refactored"])
+def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch, refactor, launches):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
-    tree_lstm.run(forest, p, backend="cuda", schedule=UNFUSED)
+    schedule = UNFUSED.but(refactor=refactor)
+    tree_lstm.run(forest, p, backend="cuda", schedule=schedule)
     grids = launch_grids(monkeypatch, lambda: tree_lstm.run(
-        forest, p, backend="cuda", schedule=UNFUSED))
-    # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
-    assert len(grids) == 3 + 3 * 4
+        forest, p, backend="cuda", schedule=schedule))
+    assert len(grids) == launches
 
 
 def test_unfused_launches_of_several_blocks_equal_reference(monkeypatch):

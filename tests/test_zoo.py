@@ -80,8 +80,11 @@ def test_gru_equals_reference_on_sequences_of_length_1_to_300(forest, seed, scal
     check(gru, forest, scaled(gru_params(HIDDEN, VOCAB, "float64", seed), scale))
 
 
-def barriers_per_batch(model, forest, p):
-    text = model.explain(forest, p, file=io.StringIO())
+PLAIN = rj.Schedule(refactor=False)
+
+
+def barriers_per_batch(model, forest, p, schedule=PLAIN):
+    text = model.explain(forest, p, schedule=schedule, file=io.StringIO())
     return int(text.rsplit("barriers per batch: ", 1)[1].split()[0])
 
 
@@ -99,6 +102,16 @@ def test_gru_steps_have_two_phases_and_lstm_steps_one():
     forest = rj.Forest.from_sequences([3], fields={"word": [1, 2, 3]})
     assert barriers_per_batch(gru, forest, gru_params(HIDDEN, VOCAB, "float64")) == 5
     assert barriers_per_batch(lstm, forest, lstm_params(HIDDEN, VOCAB, "float64")) == 3
+
+
+def test_refactoring_removes_the_pack_barrier_of_every_step():
+    """The products of the previous step's state move to the end of that step: no pack."""
+    forest = rj.Forest.from_sequences([3], fields={"word": [1, 2, 3]})
+    refactored = rj.Schedule(refactor=True)
+    assert barriers_per_batch(gru, forest, gru_params(HIDDEN, VOCAB, "float64"),
+                              refactored) == 4
+    assert barriers_per_batch(lstm, forest, lstm_params(HIDDEN, VOCAB, "float64"),
+                              refactored) == 2
 
 
 def test_a_dag_node_reached_by_k_parents_is_computed_once(monkeypatch):

@@ -2,7 +2,7 @@
 
 The translation is one to one: a parallel ILIR loop is a `prange`, a `MatMul` a `prange` over
 blocks of weight rows, every other statement the Python line it prints as."""
-from ..lowering.ilir import Alloc, Barrier, Comment, Let, Loop, MatMul, Store
+from ..lowering.ilir import Alloc, Barrier, Comment, If, Let, Loop, MatMul, Store
 from ..lowering.pysource import PythonExpressions
 
 FAST_MATH = '''
@@ -67,14 +67,24 @@ def _statements(body, depth, lines):
         elif isinstance(statement, Alloc):
             shape = ", ".join(_bound(e) for e in statement.shape)
             lines.append(f"{pad}{statement.name} = np.empty(({shape}), dtype=real)")
+        elif isinstance(statement, If):
+            lines.append(f"{pad}if {_bound(statement.condition)}:")
+            _statements(statement.body, depth + 1, lines)
+            if statement.orelse:
+                lines.append(f"{pad}else:")
+                _statements(statement.orelse, depth + 1, lines)
+        elif isinstance(statement, MatMul) and not statement.parallel:
+            weight, x, y = expression.matmul_operands(statement)
+            lines.append(f"{pad}matmul_rows({weight}, {x}, {y}, {_bound(statement.rows)}, 0, "
+                         f"{statement.weight}.shape[0])")
         elif isinstance(statement, MatMul):
             rows, block = _bound(statement.rows), statement.row_block
+            weight, x, y = expression.matmul_operands(statement)
             lines += [
                 (f"{pad}for block in prange(({statement.weight}.shape[0] + {block - 1}) "
                  f"// {block}):"),
-                (f"{pad}    matmul_rows({statement.weight}, {statement.x}, {statement.y}, "
-                 f"{rows}, block * {block}, min({statement.weight}.shape[0], "
-                 f"(block + 1) * {block}))")]
+                (f"{pad}    matmul_rows({weight}, {x}, {y}, {rows}, block * {block}, "
+                 f"min({statement.weight}.shape[0], (block + 1) * {block}))")]
         elif isinstance(statement, Barrier):
             lines.append(f"{pad}# barrier: {statement.reason}")
         elif isinstance(statement, Comment):

@@ -10,7 +10,7 @@ launch into shared memory, each block its own rows, when they fit.
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Let, Load, Loop, MatMul,
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, If, Let, Load, Loop, MatMul,
                              Store, Var)
 from ..lowering.pysource import PythonExpressions
 
@@ -66,6 +66,12 @@ class Emitter:
         elif isinstance(statement, Store):
             self.lines.append(f"{pad}{statement.array}[{expression.index(statement.index)}] = "
                               f"{expression.bound(statement.value)}")
+        elif isinstance(statement, If):
+            self.lines.append(f"{pad}if {expression.bound(statement.condition)}:")
+            self.statements(statement.body, depth + 1, extent)
+            if statement.orelse:
+                self.lines.append(f"{pad}else:")
+                self.statements(statement.orelse, depth + 1, extent)
         elif isinstance(statement, MatMul):
             self.lines.append(f"{pad}{matmul_call(statement, self.persistent)}")
         elif isinstance(statement, Barrier):
@@ -105,9 +111,11 @@ def matmul_call(product, persistent):
     weight = product.weight
     rows = expression.bound(product.rows)
     if weight in persistent:
-        return (f"matmul_rows(shared_{weight}, first_row({weight}.shape[0]), "
-                f"{weight}.shape[0], {product.x}, {product.y}, {rows})")
-    return f"matmul_rows({weight}, 0, {weight}.shape[0], {product.x}, {product.y}, {rows})"
+        shared, x, y = expression.matmul_operands(product, f"shared_{weight}")
+        return (f"matmul_rows({shared}, first_row({weight}.shape[0]), "
+                f"{weight}.shape[0], {x}, {y}, {rows})")
+    operand, x, y = expression.matmul_operands(product)
+    return f"matmul_rows({operand}, 0, {weight}.shape[0], {x}, {y}, {rows})"
 
 
 def scratch_arrays(kernel):
@@ -129,11 +137,17 @@ def batch_weights(kernel):
     """The weights multiplied inside the batch loop (the kernel's sequential top-level loop):
     read in every batch, worth keeping on chip."""
     weights = []
+
+    def visit(body):
+        for statement in body:
+            if isinstance(statement, MatMul) and statement.weight not in weights:
+                weights.append(statement.weight)
+            elif isinstance(statement, If):
+                visit(statement.body + statement.orelse)
+
     for loop in kernel.body:
         if isinstance(loop, Loop) and not loop.parallel:
-            for statement in loop.body:
-                if isinstance(statement, MatMul) and statement.weight not in weights:
-                    weights.append(statement.weight)
+            visit(loop.body)
     return weights
 
 
@@ -246,9 +260,16 @@ def emit_unfused(kernel, fast_math, header):
                 host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}])")
             elif isinstance(statement, MatMul):
                 rows = host.bound(statement.rows)
+                operands = ", ".join(host.matmul_operands(statement))
                 host_lines.append(
                     f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
-                    f"[{statement.weight}, {statement.x}, {statement.y}, {rows}])")
+                    f"[{operands}, {rows}])")
+            elif isinstance(statement, If):
+                host_lines.append(f"{pad}if {host.bound(statement.condition)}:")
+                visit(statement.body, depth + 1)
+                if statement.orelse:
+                    host_lines.append(f"{pad}else:")
+                    visit(statement.orelse, depth + 1)
             elif isinstance(statement, Loop):
                 host_lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
                 visit(statement.body, depth + 1)

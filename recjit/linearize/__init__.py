@@ -1,5 +1,7 @@
 """Forests and their linearization into the arrays kernels walk (DESIGN §3)."""
 from .forest import Forest, random_bracketing
-from .linearizer import Linearized, distinct, first_outside, linearize
+from .linearizer import Linearized, distinct, first_outside, linearize, one_node_per_batch
+from .unroll import unroll_batches
 
-__all__ = ["Forest", "Linearized", "distinct", "first_outside", "linearize", "random_bracketing"]
+__all__ = ["Forest", "Linearized", "distinct", "first_outside", "linearize",
+           "one_node_per_batch", "random_bracketing", "unroll_batches"]

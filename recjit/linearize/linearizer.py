@@ -4,7 +4,7 @@ It renumbers a forest so that every batch (all nodes of one height, across the w
 a contiguous range, parents are numbered below their children and the leaves come last; a batch
 is then `batch_begin[b] .. batch_begin[b+1]` and "is leaf" is `n >= leaf_begin`. Everything is
 O(nodes + edges) in compiled code and validates the structure on the way."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numba
 import numpy as np
@@ -152,6 +152,10 @@ class Linearized:
     fields: dict
     max_batch_size: int = 0  # the largest batch of internal nodes: what per-batch scratch holds
     max_batch_edges: int = 0  # the most child edges of one internal batch: per-child scratch
+    # Unrolled (`unroll_batches`): batch b runs the work items batch_item[b]..batch_item[b+1],
+    # item i the nodes item_begin[i]..item_begin[i+1], parents first.
+    batch_item: np.ndarray = None
+    item_begin: np.ndarray = None
 
     @property
     def num_batches(self):
@@ -246,3 +250,13 @@ def _first_outside(values, rows):
 def first_outside(values, rows):
     """The first position whose value is not a row index of a table of `rows` rows, or -1."""
     return int(_first_outside(np.ascontiguousarray(values).reshape(-1), rows))
+
+
+def one_node_per_batch(linearized):
+    """The same numbering with every internal node a batch of its own, the children's
+    batches first (`Schedule(dynamic_batching=False)`); the leaves stay one batch."""
+    leaf_begin = linearized.leaf_begin
+    batch_begin = np.append(np.arange(leaf_begin + 1, dtype=np.int64), linearized.num_nodes)
+    children = np.diff(linearized.child_ptr[:leaf_begin + 1])
+    return replace(linearized, batch_begin=batch_begin, max_batch_size=min(leaf_begin, 1),
+                   max_batch_edges=int(children.max(initial=0)))

@@ -1,6 +1,7 @@
 """Lowering: the cell IR → the ILIR kernel with its schedule, and a printer for it."""
+from .choose import barriers_per_batch, choose_schedule
 from .ilir import Kernel
 from .lower import lower
 from .printer import print_kernel
 
-__all__ = ["Kernel", "lower", "print_kernel"]
+__all__ = ["Kernel", "barriers_per_batch", "choose_schedule", "lower", "print_kernel"]

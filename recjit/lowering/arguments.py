@@ -12,9 +12,14 @@ def forest_arguments(kernel, linearized):
     scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
                "num_batches": linearized.num_batches,
                "max_batch_size": linearized.max_batch_size,
+               "max_level_size": max(linearized.max_batch_size, linearized.num_leaves),
                "max_batch_edges": linearized.max_batch_edges}
     arrays = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
               "child_idx": linearized.child_idx}
+    if "max_children" in kernel.scalars:
+        scalars["max_children"] = int(np.diff(linearized.child_ptr).max(initial=0))
+    if "item_begin" in kernel.arrays:
+        arrays["batch_item"], arrays["item_begin"] = linearized.batch_item, linearized.item_begin
     if kernel.distinct_key:
         keys = linearized.fields[kernel.distinct_key][linearized.leaf_begin:]
         arrays["leaf_distinct"], arrays["leaf_slot"] = distinct(keys)

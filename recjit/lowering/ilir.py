@@ -70,6 +70,16 @@ class Loop:
 
 
 @dataclass(frozen=True)
+class If:
+    """`if condition: body else: orelse`. Kernels branch only on values that are the same for
+    every node of a batch, so the whole grid takes one side and a barrier inside is safe."""
+
+    condition: object
+    body: tuple
+    orelse: tuple = ()
+
+
+@dataclass(frozen=True)
 class Alloc:
     name: str
     shape: tuple
@@ -77,14 +87,20 @@ class Alloc:
 
 @dataclass(frozen=True)
 class MatMul:
-    """`y[s, r] = Σ_k weight[r, k] · x[s, k]` for s < rows: every matrix-vector product of
-    one weight in one pass, done together so each weight row is read once per block of nodes."""
+    """`y[y_row + s, r] = Σ_k weight[r, columns_begin + k] · x[x_row + s, k]` for s < rows:
+    every matrix-vector product of one weight in one pass, done together so each weight row is
+    read once per block of nodes. `columns` (begin, end) multiplies a block of the weight's
+    columns (a refactored product of one child of a concatenation); None, all of them."""
 
     weight: str
     x: str
     y: str
     rows: object
     row_block: int
+    x_row: object = None
+    y_row: object = None
+    columns: tuple = None
+    parallel: bool = True   # False: one worker computes it, inside a parallel loop of its own
 
 
 @dataclass(frozen=True)
@@ -131,4 +147,6 @@ def mul(left, right):
         right = Const(right)
     if isinstance(right, Const) and right.value == 1:
         return left
+    if isinstance(left, Const) and left.value == 1:
+        return right
     return BinOp("*", left, right)

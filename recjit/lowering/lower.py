@@ -2,7 +2,8 @@
 
 - Recursion to loops: states become arrays `state_c[node, e]`; the recursion becomes a loop over
   batches (from the leaves up) with a parallel loop over the nodes of a batch.
-- Specialization: the leaf case and the internal case get their own loop nests.
+- Specialization: the leaf case and the internal case get their own loop nests (or, with
+  `Schedule(specialize=False)`, one loop nest over every batch that branches on its case).
 - Hoisting: the leaf case and every matrix-vector product of the internal case that reads no
   child state run as one parallel pass over all their nodes before the batches.
 - Fusion: a node's elementwise ops run in one loop body over the element index `e`; only the
@@ -10,11 +11,16 @@
   node's slot in the pass (Cortex §5.1), so that each weight row is read once per block of nodes.
 - Barriers: between the phases of a batch where a product reads a value computed in the same
   batch, and between batches.
+- Refactoring (`Schedule(refactor=True)`, `refactor.py`): products of child states move to the
+  end of the child's own iteration.
 """
+from dataclasses import replace
+
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import EACH
-from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, Kernel, Let, Load, Loop,
-                   MatMul, Store, Var, add, mul)
+from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Kernel, Let, Load,
+                   Loop, MatMul, Store, Var, add, mul)
+from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
 STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
@@ -90,6 +96,10 @@ class ElementEmitter:
             child, component = op.attrs
             node = Var("child") if child == EACH else lowering.child(child)
             return Load(state_name(component), (node, index))
+        if kind == "child_projection":
+            child, projection = op.attrs
+            node = Var("child") if child == EACH else lowering.child(child)
+            return Load(projection, (node, index))
         if kind == "child_sum":
             return self.child_sum(value, op, index, position)
         if kind in ("matvec", "matmul"):
@@ -232,8 +242,9 @@ class PassLowering:
     matrix products, then the fused elementwise loop that stores the outputs."""
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
-                 edge_capacity=None, distinct=None):
+                 edge_capacity=None, distinct=None, first_node=None):
         self.cell = cell
+        self.first_node = first_node or Var("begin")  # the pass's first node: its edges begin there
         self.case = case
         self.row_block = row_block
         self.prefix = prefix
@@ -338,11 +349,10 @@ class PassLowering:
                 statements.append(Barrier("the elementwise ops read the products"))
             statements.append(self.elementwise(outputs))
         if self.uses_edges:
-            edge_base = Load("child_ptr", (Var("begin"),))
+            edge_base = Load("child_ptr", (self.first_node,))
+            edge_end = Load("child_ptr", (add(self.first_node, self.count),))
             statements = [Let("edge_base", edge_base),
-                          Let("num_edges", BinOp("-", Load("child_ptr", (add(Var("begin"),
-                                                                              Var("count")),)),
-                                                 Var("edge_base")))] + statements
+                          Let("num_edges", BinOp("-", edge_end, Var("edge_base")))] + statements
         return allocations, statements
 
     def phase(self, matvecs, phase):
@@ -411,30 +421,44 @@ class PassLowering:
 def depends_on_children(ops):
     result = []
     for op in ops:
-        result.append(op.kind == "child_state" or any(result[a] for a in op.args))
+        result.append(op.kind in ("child_state", "child_projection")
+                      or any(result[a] for a in op.args))
     return result
 
 
 def lower(cell, schedule):
-    """The whole model as one kernel: hoisted passes, then the batch loop."""
+    """The whole model as one kernel: hoisted passes, then the batch loop. `schedule` is a
+    complete one (`choose_schedule`)."""
+    projections = ()
+    if schedule.refactor:
+        refactored = refactor(cell)
+        cell, projections = refactored.cell, refactored.projections
     leaf, internal = cell.case("leaf"), cell.case("internal")
     states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
     row_block = schedule.row_block
     body = [Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin")))]
+    body += [Alloc(projection.name, (Var("num_nodes"), Const(projection.rows)))
+             for projection in projections]
+    scalars, structure = SCALARS, STRUCTURE
 
-    key = distinct_key(leaf)
-    distinct = key and (Var("num_distinct_leaves"),
-                        add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
-                        Load("leaf_slot", (Var("slot"),)))
-    leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
-                             add(Var("leaf_begin"), Var("slot")),
-                             distinct[0] if distinct else Var("num_leaves"), {}, row_block,
-                             distinct=distinct)
-    leaf_allocations, leaf_statements = leaf_pass.lower(
-        [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
-    body += [Comment("hoisted: every leaf at once" + (
-        f"; the products once per distinct `{key}`" if key else ""))]
-    body += leaf_allocations + leaf_statements
+    key = distinct_key(leaf) if schedule.specialize else None
+    if schedule.specialize:
+        distinct = key and (Var("num_distinct_leaves"),
+                            add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
+                            Load("leaf_slot", (Var("slot"),)))
+        leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
+                                 add(Var("leaf_begin"), Var("slot")),
+                                 distinct[0] if distinct else Var("num_leaves"), {}, row_block,
+                                 distinct=distinct)
+        leaf_allocations, leaf_statements = leaf_pass.lower(
+            [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
+        body += [Comment("hoisted: every leaf at once" + (
+            f"; the products once per distinct `{key}`" if key else ""))]
+        body += leaf_allocations + leaf_statements + projection_products(
+            projections, Var("leaf_begin"), Var("num_leaves"), row_block)
+        if key:
+            scalars += ("num_distinct_leaves",)
+            structure += ("leaf_distinct", "leaf_slot")
 
     available = {}
     if schedule.hoist:
@@ -449,29 +473,97 @@ def lower(cell, schedule):
                              "node at once")] + hoist_allocations + hoist_statements
             available = {v: location[:3] + (Var("node"),) + location[4:]
                          for v, location in hoist_pass.locations.items() if v in hoisted}
-    body.append(Barrier("the batches read the hoisted values"))
+    if schedule.specialize or available:
+        body.append(Barrier("the batches read the hoisted values"))
 
-    batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
-                              add(Var("begin"), Var("slot")), Var("max_batch_size"), available,
-                              row_block, Var("max_batch_edges"))
-    batch_allocations, batch_statements = batch_pass.lower(
-        [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
-    batch_loop = Loop("b", BinOp("-", Var("num_batches"), Const(2)), Const(-1), tuple(
+    if schedule.unroll > 1:
+        batch_allocations, batch_statements = unrolled_batch(cell, internal, available,
+                                                             projections, row_block)
+        structure += ("batch_item", "item_begin")
+        scalars += ("max_children",)
+    else:
+        batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
+                                  add(Var("begin"), Var("slot")), Var("max_batch_size"),
+                                  available, row_block, Var("max_batch_edges"))
+        batch_allocations, batch_statements = batch_pass.lower(
+            [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
+        batch_statements += projection_products(projections, Var("begin"), Var("count"),
+                                                 row_block)
+    first_batch = 2
+    if not schedule.specialize:
+        leaf_pass = PassLowering(cell, leaf, "leaf_", Var("count"), add(Var("begin"), Var("slot")),
+                                 Var("max_level_size"), {}, row_block)
+        leaf_allocations, leaf_statements = leaf_pass.lower(
+            [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
+        leaf_statements += projection_products(projections, Var("begin"), Var("count"),
+                                               row_block)
+        batch_allocations = leaf_allocations + batch_allocations
+        batch_statements = [If(BinOp(">=", Var("begin"), Var("leaf_begin")),
+                               tuple(leaf_statements), tuple(batch_statements))]
+        scalars += ("max_level_size",)
+        first_batch = 1
+    batch_loop = Loop("b", BinOp("-", Var("num_batches"), Const(first_batch)), Const(-1), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),
          Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
         + batch_statements
         + [Barrier("the next batch reads this batch's states")]), step=-1)
-    body += [Comment("the batches, from the leaves up")] + batch_allocations + [batch_loop]
+    body += [Comment("the batches, from the leaves up" if schedule.specialize else
+                     "the batches, leaves included: one loop nest that branches on the "
+                     "batch's case (not specialized)")] + batch_allocations + [batch_loop]
 
     fields = tuple(field_name(f) for f in sorted(cell.fields))
     params = tuple(param_name(p) for p in sorted(cell.parameters))
-    scalars, structure = SCALARS, STRUCTURE
-    if key:
-        scalars += ("num_distinct_leaves",)
-        structure += ("leaf_distinct", "leaf_slot")
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   structure + fields + params + tuple(name for name, _ in states), states,
                   tuple(body), distinct_key=key)
+
+
+def unrolled_batch(cell, internal, available, projections, row_block):
+    """(allocations, statements) of one batch of an unrolled recursion: a parallel loop over
+    its items, each computing its nodes one after another, children (higher numbers) first,
+    in scratch of its own."""
+    node_pass = PassLowering(cell, internal, "node_", Const(1), Var("node"), Const(1),
+                             available, row_block, Var("max_children"), first_node=Var("node"))
+    allocations, statements = node_pass.lower(
+        [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
+    statements += projection_products(projections, Var("node"), Const(1), row_block)
+    item = add(Var("first_item"), Var("item"))
+    item_loop = Loop("item", Const(0), BinOp("-", Load("batch_item", (add(Var("b"), 1),)),
+                                             Var("first_item")), tuple(
+        [Let("first_node", Load("item_begin", (item,))),
+         Let("last_node", add(Load("item_begin", (add(item, 1),)), -1))] + allocations
+        + [Loop("node", Var("last_node"), add(Var("first_node"), -1),
+                tuple(_one_worker(statements)), step=-1)]), parallel=True)
+    return [], [Let("first_item", Load("batch_item", (Var("b"),))), item_loop]
+
+
+def _one_worker(statements):
+    """Statements of a pass over one node, run by one worker: its loops in order, its products
+    serial, no barriers (the worker's own order keeps them)."""
+    result = []
+    for statement in statements:
+        if isinstance(statement, Loop):
+            result.append(replace(statement, parallel=False,
+                                  body=tuple(_one_worker(statement.body))))
+        elif isinstance(statement, MatMul):
+            result.append(replace(statement, parallel=False))
+        elif isinstance(statement, Let) and statement.value == Var(statement.name):
+            continue
+        elif not isinstance(statement, Barrier):
+            result.append(statement)
+    return result
+
+
+def projection_products(projections, first, count, row_block):
+    """The refactored products of nodes first..first+count, read straight from the states
+    their pass has just stored."""
+    if not projections:
+        return []
+    return [Barrier("the refactored products read the states just computed")] + [
+        MatMul(param_name(projection.weight), state_name(projection.component),
+               projection.name, count, row_block, x_row=first, y_row=first,
+               columns=projection.columns)
+        for projection in projections]
 
 
 def distinct_key(leaf):

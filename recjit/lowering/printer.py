@@ -1,6 +1,6 @@
 """Printing the ILIR for `model.explain()`: loops, batches, matrix products and barriers."""
-from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, Let, Load, Loop, MatMul, Store,
-                   Var)
+from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop, MatMul,
+                   Store, Var)
 
 
 def expression(node):
@@ -42,13 +42,31 @@ def _statements(body, depth, lines):
         elif isinstance(statement, Alloc):
             shape = ", ".join(expression(e) for e in statement.shape)
             lines.append(f"{pad}{statement.name} = scratch[{shape}]")
+        elif isinstance(statement, If):
+            lines.append(f"{pad}if {expression(statement.condition)}:")
+            _statements(statement.body, depth + 1, lines)
+            if statement.orelse:
+                lines.append(f"{pad}else:")
+                _statements(statement.orelse, depth + 1, lines)
         elif isinstance(statement, MatMul):
-            lines.append(f"{pad}parallel for r in row blocks of {statement.row_block}: "
-                         f"{statement.y}[s, r] = Σ_k {statement.weight}[r, k] · "
-                         f"{statement.x}[s, k]  for s < {expression(statement.rows)}")
+            loop = (f"parallel for r in row blocks of {statement.row_block}" if statement.parallel
+                    else "for r in rows")
+            lines.append(f"{pad}{loop}: "
+                         f"{statement.y}[{_offset(statement.y_row)}s, r] = Σ_k "
+                         f"{statement.weight}[r, {_columns(statement.columns)}k] · "
+                         f"{statement.x}[{_offset(statement.x_row)}s, k]  "
+                         f"for s < {expression(statement.rows)}")
         elif isinstance(statement, Barrier):
             lines.append(f"{pad}── barrier: {statement.reason}")
         elif isinstance(statement, Comment):
             lines.append(f"{pad}# {statement.text}")
         else:
             raise TypeError(statement)
+
+
+def _offset(first):
+    return "" if first is None else f"{expression(first)} + "
+
+
+def _columns(columns):
+    return "" if columns is None else f"{columns[0]} + "

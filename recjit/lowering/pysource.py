@@ -40,3 +40,15 @@ class PythonExpressions:
         if loop.step != 1:
             return f"range({start}, {stop}, {loop.step})"
         return f"range({stop})" if loop.start == Const(0) else f"range({start}, {stop})"
+
+    def matmul_operands(self, product, weight=None):
+        """The weight, x and y of a `MatMul` as source: views of the rows and columns it
+        reads (`weight`: the name the weight has, when not its own)."""
+        weight = weight or product.weight
+        if product.columns is not None:
+            weight = f"{weight}[:, {product.columns[0]}:{product.columns[1]}]"
+        return weight, self.rows_from(product.x, product.x_row), \
+            self.rows_from(product.y, product.y_row)
+
+    def rows_from(self, array, first):
+        return array if first is None else f"{array}[{self.bound(first)}:]"

@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # Compiled kernels are cached on disk; keep them inside the checkout.
 export RECJIT_CACHE_DIR ?= $(CURDIR)/.venv/recjit-cache
 
-.PHONY: demo test bench ptx-check clean
+.PHONY: demo test bench bench-ablation ptx-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: $(VENV)/.installed-test
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench.py
+
+# Each scheduling primitive's effect (issue 6, Cortex Fig. 10): results/ablation-<machine>.*
+bench-ablation: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/ablation.py
 
 # Without a GPU: every generated CUDA kernel of the zoo compiled to PTX by numba-cuda and NVVM
 # (pip wheels, in a venv of their own), which the simulator cannot check (tools/check_ptx.py).

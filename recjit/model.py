@@ -11,6 +11,7 @@ from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
+from .lowering.traffic import batch_traffic
 from .params import shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
@@ -212,6 +213,7 @@ class RecursiveModel:
             "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
             f"schedule: {compiled.schedule}",
             f"barriers per batch: {barriers_per_batch(compiled.kernel)}",
+            _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
         ])
         print(text, file=file)
@@ -229,6 +231,19 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def _traffic_line(compiled, p, batch_sizes):
+    """What `explain` says of the bytes an internal batch moves (an estimate from the ILIR)."""
+    shapes = {param_name(name): shape_and_dtype(getattr(p, name))[0]
+              for name in compiled.cell.parameters}
+    itemsize = np.dtype(compiled.cell.dtype).itemsize
+    weights, per_node = batch_traffic(compiled.kernel, shapes, itemsize)
+    mean = float(np.mean(batch_sizes)) if batch_sizes.size else 0.0
+    return (f"bytes moved per internal batch (estimated): {weights / 1024:.1f} KiB of weights "
+            f"+ {per_node / 1024:.2f} KiB per node (states, children's states, products' "
+            f"inputs and outputs; scratch indexed densely by slot); this forest's mean batch "
+            f"of {mean:.1f} nodes moves {(weights + mean * per_node) / 1024:.1f} KiB")
 
 
 def backend_kernel(backend, kernel, fast_math, schedule, parameters):

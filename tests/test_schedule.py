@@ -161,6 +161,28 @@ def test_an_unrolled_kernel_has_one_barrier_per_batch():
     assert "barriers per batch: 1" in text
 
 
+def bytes_moved(text):
+    line = next(line for line in text.splitlines() if line.startswith("bytes moved"))
+    weights = float(line.split(": ")[1].split(" KiB")[0])
+    per_node = float(line.split("+ ")[1].split(" KiB")[0])
+    return weights, per_node
+
+
+def test_explain_estimates_the_bytes_a_batch_moves():
+    """Refactored, a node reads its children's projections instead of packing their states
+    and reading the products back; unrolled, every node streams the weights itself."""
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    p = tree_lstm_params(16, VOCAB, "float32")
+
+    def explained(schedule):
+        return bytes_moved(tree_lstm.explain(forest, p, schedule=schedule, file=io.StringIO()))
+
+    plain_weights, plain_per_node = explained(rj.Schedule(refactor=False))
+    assert plain_weights == (3 * 16 * 16 + 16 * 16) * 4 / 1024
+    assert explained(rj.Schedule(refactor=True))[1] < plain_per_node
+    assert explained(rj.Schedule(refactor=False, unroll=2))[1] > plain_per_node + plain_weights
+
+
 # the compiler's choices ---------------------------------------------------------------
 def chosen(model, forest, p, backend="cpu", schedule=None):
     return model.compile(forest, p, backend, schedule).schedule

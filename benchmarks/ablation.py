@@ -1,0 +1,183 @@
+"""Ablation of recjit's scheduling primitives (issue 6; Cortex Fig. 10).
+
+    python benchmarks/ablation.py [--quick] [--cuda | --no-cuda] [--models tree_lstm,...]
+
+(a) every model of the zoo, with the optimizations added one at a time, from a kernel that
+    runs one node at a time, unspecialized, with nothing hoisted (and on the GPU unfused and
+    without persistence) up to the compiler's own schedule;
+(b) recursion unrolling on TreeLSTM and TreeRNN (CPU);
+(c) recursive refactoring on TreeGRU and SimpleTreeGRU.
+
+Every schedule's result is checked against the naive recursion before it is timed. Medians of
+one run on this machine; results/ablation-<machine>.{json,md,png}."""
+import argparse
+import importlib
+import json
+import os
+import platform
+
+import numba
+import numpy as np
+
+import recjit as rj
+from bench import DEFAULT_TREES, HERE, TOLERANCE, ZOO, batches, gpu_facts, median_seconds
+
+BASE = rj.Schedule(dynamic_batching=False, specialize=False, hoist=False, fusion=False,
+                   persistence=False, refactor=False)
+# (label, the fields it switches on); each step keeps the ones before it.
+STEPS = [("base", {}), ("+ dynamic batching", {"dynamic_batching": True}),
+         ("+ specialization", {"specialize": True}), ("+ hoisting", {"hoist": True})]
+GPU_STEPS = [("+ fusion", {"fusion": True}), ("+ persistence", {"persistence": True})]
+UNROLL_MODELS, UNROLL_DEPTHS = ("tree_lstm", "tree_rnn"), (1, 2, 3, 4)
+REFACTOR_MODELS = ("tree_gru", "simple_tree_gru")
+
+
+def model_and_params(benchmark, hidden, forests):
+    """The model and float32 parameters for a vocabulary that covers the forests' words."""
+    module = importlib.import_module(benchmark.name)
+    vocab_size = max(int(f.fields["word"].max()) + 1 for f in forests) \
+        if "word" in forests[0].fields else 1
+    return getattr(module, benchmark.name), module.make_params(hidden, vocab_size, "float32")
+
+
+def timed(model, forests, p, schedule, backend, repeat):
+    """Median ms of a run over `forests`, after checking the first against the reference."""
+    on_backend = p.to_device() if backend == "cuda" else p
+    result = model.run(forests[0], on_backend, backend, schedule)
+    for got, want in zip(result.nodes, model.reference(forests[0], p).nodes):
+        np.testing.assert_allclose(got, want, err_msg=f"{model.__name__} {schedule}",
+                                   **TOLERANCE)
+    calls = [lambda f=forest: model.run(f, on_backend, backend, schedule)
+             for forest in forests * repeat]
+    return 1e3 * median_seconds(calls)
+
+
+def fig_a(benchmark, hidden, forests, repeat, backends):
+    model, p = model_and_params(benchmark, hidden, forests)
+    rows = []
+    for backend in backends:
+        schedule = BASE
+        for label, fields in STEPS + (GPU_STEPS if backend == "cuda" else []):
+            schedule = schedule.but(**fields)
+            rows.append((backend, label, timed(model, forests, p, schedule, backend, repeat)))
+        chosen = model.compile(forests[0], p, backend, rj.Schedule()).schedule
+        rows.append((backend, f"+ compiler's choices (refactor={chosen.refactor})",
+                     timed(model, forests, p, rj.Schedule(), backend, repeat)))
+    return rows
+
+
+def fig_b(benchmark, hidden, forests, repeat):
+    model, p = model_and_params(benchmark, hidden, forests)
+    return [("cpu", f"unroll={depth}", timed(model, forests, p, rj.Schedule(
+        unroll=depth, refactor=False), "cpu", repeat)) for depth in UNROLL_DEPTHS]
+
+
+def fig_c(benchmark, hidden, forests, repeat, backends):
+    model, p = model_and_params(benchmark, hidden, forests)
+    return [(backend, f"refactor={refactor}", timed(
+        model, forests, p, rj.Schedule(refactor=refactor), backend, repeat))
+        for backend in backends for refactor in (False, True)]
+
+
+def markdown(results):
+    lines = [f"# recjit ablation on {results['machine']}", "",
+             f"{results['cpu']}; {json.dumps(results['versions'])}; GPU: "
+             f"{results['gpu']['name'] if results['gpu'] else 'none'}. Medians of one run, "
+             "ms per batch of trees; each schedule checked against the naive recursion first.",
+             ""]
+    for figure, title in (("a", "optimizations added one at a time"),
+                          ("b", "recursion unrolling"), ("c", "recursive refactoring")):
+        rows = [row for row in results["rows"] if row["figure"] == figure]
+        if not rows:
+            continue
+        lines += [f"## ({figure}) {title}", "", "| model | hidden | batch | backend | schedule "
+                  "| ms |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['hidden']} | {r['batch']} | {r['backend']} | "
+                  f"{r['schedule']} | {r['ms']:.3f} |" for r in rows]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    groups = {}
+    for row in results["rows"]:
+        key = (row["figure"], row["model"], row["backend"], row["batch"])
+        groups.setdefault(key, []).append(row)
+    columns = 4
+    count = len(groups)
+    figure, axes = plt.subplots(-(-count // columns), columns, squeeze=False,
+                                figsize=(14, 3.2 * -(-count // columns)))
+    for axis, ((fig, model, backend, batch), rows) in zip(axes.flat, sorted(groups.items())):
+        labels = [row["schedule"] for row in rows]
+        axis.barh(range(len(rows)), [row["ms"] for row in rows], color=f"C{'abc'.index(fig)}")
+        axis.set_yticks(range(len(rows)), labels, fontsize=6)
+        axis.invert_yaxis()
+        axis.set_title(f"({fig}) {model}, {backend}, batch {batch}", fontsize=8)
+        axis.set_xlabel("ms per batch", fontsize=7)
+        axis.set_xscale("log")
+    for axis in list(axes.flat)[count:]:
+        axis.axis("off")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=DEFAULT_TREES)
+    parser.add_argument("--quick", action="store_true", help="fewer forests per timing")
+    parser.add_argument("--models", default=",".join(b.name for b in ZOO))
+    parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=None,
+                        help="also on the GPU (default: when numba.cuda finds one)")
+    args = parser.parse_args()
+    gpu = gpu_facts() if args.cuda is not False else None
+    if args.cuda and gpu is None:
+        parser.error("--cuda: numba.cuda finds no GPU here")
+    backends = ("cpu", "cuda") if gpu else ("cpu",)
+    machine = gpu["name"].lower().replace(" ", "-") if gpu else f"cpu-{os.cpu_count()}core"
+    trees = None
+    if args.trees and os.path.exists(args.trees):
+        with open(args.trees) as handle:
+            trees = [line for line in handle if line.strip()]
+    count, repeat = (2, 2) if args.quick else (5, 3)
+    results = {"machine": machine, "cpu": f"{platform.processor() or platform.machine()}, "
+               f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
+               "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                            "numba": numba.__version__, "recjit": rj.__version__},
+               "gpu": gpu, "rows": []}
+    wanted = args.models.split(",")
+    for benchmark in ZOO:
+        if benchmark.name not in wanted:
+            continue
+        hidden = benchmark.hidden[0]
+        for batch in (1, 10):
+            forests = batches(benchmark, trees, batch, count, hidden)
+            figures = [("a", fig_a(benchmark, hidden, forests, repeat, backends))]
+            if benchmark.name in UNROLL_MODELS:
+                figures.append(("b", fig_b(benchmark, hidden, forests, repeat)))
+            if benchmark.name in REFACTOR_MODELS:
+                figures.append(("c", fig_c(benchmark, hidden, forests, repeat, backends)))
+            for figure, rows in figures:
+                for backend, label, ms in rows:
+                    results["rows"].append({"figure": figure, "model": benchmark.name,
+                                            "hidden": hidden, "batch": batch,
+                                            "backend": backend, "schedule": label, "ms": ms})
+                    print(f"({figure}) {benchmark.name:>16} h{hidden:<4} b{batch:<3} {backend:4} "
+                          f"{label:<44} {ms:9.3f} ms", flush=True)
+    base = os.path.join(HERE, "results", f"ablation-{machine}")
+    with open(base + ".json", "w") as handle:
+        json.dump(results, handle, indent=1)
+    with open(base + ".md", "w") as handle:
+        handle.write(markdown(results))
+    plotted = plot(results, base + ".png")
+    print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
+
+
+if __name__ == "__main__":
+    main()

@@ -120,7 +120,7 @@ def plot(results, path):
         axis.invert_yaxis()
         axis.set_title(f"({fig}) {model}, {backend}, batch {batch}", fontsize=8)
         axis.set_xlabel("ms per batch", fontsize=7)
-        axis.set_xscale("log")
+        axis.tick_params(axis="x", labelsize=7)
     for axis in list(axes.flat)[count:]:
         axis.axis("off")
     figure.tight_layout()

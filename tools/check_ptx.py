@@ -23,7 +23,8 @@ HIDDEN, VOCAB = 8, 12
 
 
 def record(path):
-    """Under the simulator: run every model, fused and unfused, float32 and float64."""
+    """Under the simulator: run every model, fused and unfused, refactored or not, float32 and
+    float64; and every model unspecialized and unbatched once."""
     sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
     import numpy as np
 
@@ -37,7 +38,8 @@ def record(path):
         array = getattr(getattr(value, "_ary", value), "_ary", getattr(value, "_ary", value))
         if isinstance(value, (int, np.integer)) or not getattr(array, "ndim", 0):
             return "int64"
-        return f"{array.dtype}[{', '.join([':'] * (array.ndim - 1) + ['::1'])}]"
+        last = "::1" if array.flags.c_contiguous else ":"  # a block of a weight's columns
+        return f"{array.dtype}[{', '.join([':'] * (array.ndim - 1) + [last])}]"
 
     def recording(self, *arguments):
         if not self._device:
@@ -62,9 +64,12 @@ def record(path):
         runs = [(model, forest, make(HIDDEN, VOCAB, dtype, 0)) for model, forest, make in cases]
         runs.append((dag_rnn.dag_rnn, dag_rnn.grids(2, HIDDEN, 3, 3, dtype=dtype),
                      dag_rnn.make_params(HIDDEN, dtype=dtype)))
+        schedules = [rj.Schedule(fusion=fusion, refactor=refactor)
+                     for fusion in (True, False) for refactor in (True, False)]
+        schedules += [rj.Schedule(specialize=False), rj.Schedule(dynamic_batching=False)]
         for model, forest, p in runs:
-            for fusion in (True, False):
-                model.run(forest, p, backend="cuda", schedule=rj.Schedule(fusion=fusion))
+            for schedule in schedules:
+                model.run(forest, p, backend="cuda", schedule=schedule)
     with open(path, "w") as handle:
         json.dump([list(key) for key in kernels], handle)
 

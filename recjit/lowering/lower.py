@@ -13,6 +13,8 @@
   batch, and between batches.
 - Refactoring (`Schedule(refactor=True)`, `refactor.py`): products of child states move to the
   end of the child's own iteration.
+- Unrolling (`Schedule(unroll=k)`): a batch of k heights is a parallel loop over subtrees, each
+  computed node after node by one worker (`unrolled_batch`).
 """
 from dataclasses import replace
 

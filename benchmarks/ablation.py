@@ -8,19 +8,21 @@
 (b) recursion unrolling on TreeLSTM and TreeRNN (CPU);
 (c) recursive refactoring on TreeGRU and SimpleTreeGRU.
 
-Every schedule's result is checked against the naive recursion before it is timed. Medians of
-one run on this machine; results/ablation-<machine>.{json,md,png}."""
+Every schedule's result is checked against the naive recursion before it is timed; the
+schedules of one panel are timed in turns (a run of each, then again), and each figure is the
+median of its runs. results/ablation-<machine>.{json,md,png}."""
 import argparse
 import importlib
 import json
 import os
 import platform
+import time
 
 import numba
 import numpy as np
+from bench import DEFAULT_TREES, HERE, TOLERANCE, ZOO, batches, gpu_facts
 
 import recjit as rj
-from bench import DEFAULT_TREES, HERE, TOLERANCE, ZOO, batches, gpu_facts, median_seconds
 
 BASE = rj.Schedule(dynamic_batching=False, specialize=False, hoist=False, fusion=False,
                    persistence=False, refactor=False)
@@ -40,58 +42,70 @@ def model_and_params(benchmark, hidden, forests):
     return getattr(module, benchmark.name), module.make_params(hidden, vocab_size, "float32")
 
 
-def timed(model, forests, p, schedule, backend, repeat):
-    """Median ms of a run over `forests`, after checking the first against the reference."""
-    on_backend = p.to_device() if backend == "cuda" else p
-    result = model.run(forests[0], on_backend, backend, schedule)
-    for got, want in zip(result.nodes, model.reference(forests[0], p).nodes):
-        np.testing.assert_allclose(got, want, err_msg=f"{model.__name__} {schedule}",
-                                   **TOLERANCE)
-    calls = [lambda f=forest: model.run(f, on_backend, backend, schedule)
-             for forest in forests * repeat]
-    return 1e3 * median_seconds(calls)
+def timed(model, forests, p, entries, repeat):
+    """[(backend, label, median ms)] for `entries` [(backend, label, schedule)]: each checked
+    against the reference first, then timed in turns, one run of each schedule after another,
+    so that a burst of load on this shared machine hits every schedule alike."""
+    on_device = p.to_device() if any(backend == "cuda" for backend, _, _ in entries) else None
+    expected = model.reference(forests[0], p)
+    runs = []
+    for backend, _, schedule in entries:
+        weights = on_device if backend == "cuda" else p
+        for got, want in zip(model.run(forests[0], weights, backend, schedule).nodes,
+                             expected.nodes):
+            np.testing.assert_allclose(got, want, err_msg=f"{model.__name__} {schedule}",
+                                       **TOLERANCE)
+        runs.append(lambda f, w=weights, b=backend, s=schedule: model.run(f, w, b, s))
+    times = [[] for _ in entries]
+    for forest in forests * repeat:
+        for run, samples in zip(runs, times):
+            start = time.perf_counter()
+            run(forest)
+            samples.append(time.perf_counter() - start)
+    return [(backend, label, 1e3 * float(np.median(samples)))
+            for (backend, label, _), samples in zip(entries, times)]
 
 
 def fig_a(benchmark, hidden, forests, repeat, backends):
     model, p = model_and_params(benchmark, hidden, forests)
-    rows = []
+    entries = []
     for backend in backends:
         schedule = BASE
         for label, fields in STEPS + (GPU_STEPS if backend == "cuda" else []):
             schedule = schedule.but(**fields)
-            rows.append((backend, label, timed(model, forests, p, schedule, backend, repeat)))
+            entries.append((backend, label, schedule))
         chosen = model.compile(forests[0], p, backend, rj.Schedule()).schedule
-        rows.append((backend, f"+ compiler's choices (refactor={chosen.refactor})",
-                     timed(model, forests, p, rj.Schedule(), backend, repeat)))
-    return rows
+        entries.append((backend, f"+ compiler's choices (refactor={chosen.refactor})",
+                        rj.Schedule()))
+    return timed(model, forests, p, entries, repeat)
 
 
 def fig_b(benchmark, hidden, forests, repeat):
     model, p = model_and_params(benchmark, hidden, forests)
-    return [("cpu", f"unroll={depth}", timed(model, forests, p, rj.Schedule(
-        unroll=depth, refactor=False), "cpu", repeat)) for depth in UNROLL_DEPTHS]
+    return timed(model, forests, p, [("cpu", f"unroll={depth}", rj.Schedule(
+        unroll=depth, refactor=False)) for depth in UNROLL_DEPTHS], repeat)
 
 
 def fig_c(benchmark, hidden, forests, repeat, backends):
     model, p = model_and_params(benchmark, hidden, forests)
-    return [(backend, f"refactor={refactor}", timed(
-        model, forests, p, rj.Schedule(refactor=refactor), backend, repeat))
-        for backend in backends for refactor in (False, True)]
+    return timed(model, forests, p, [(backend, f"refactor={refactor}", rj.Schedule(
+        refactor=refactor)) for backend in backends for refactor in (False, True)], repeat)
 
 
 def markdown(results):
+    gpu = results["gpu"]["name"] if results["gpu"] else "none"
     lines = [f"# recjit ablation on {results['machine']}", "",
-             f"{results['cpu']}; {json.dumps(results['versions'])}; GPU: "
-             f"{results['gpu']['name'] if results['gpu'] else 'none'}. Medians of one run, "
-             "ms per batch of trees; each schedule checked against the naive recursion first.",
-             ""]
+             (f"{results['cpu']}; {json.dumps(results['versions'])}; GPU: {gpu}. Medians of "
+              "one run, ms per batch of trees; each schedule checked against the naive "
+              "recursion first, the schedules of a panel timed in turns."), ""]
     for figure, title in (("a", "optimizations added one at a time"),
                           ("b", "recursion unrolling"), ("c", "recursive refactoring")):
         rows = [row for row in results["rows"] if row["figure"] == figure]
         if not rows:
             continue
-        lines += [f"## ({figure}) {title}", "", "| model | hidden | batch | backend | schedule "
-                  "| ms |", "|---|---|---|---|---|---|"]
+        lines += [f"## ({figure}) {title}", "",
+                  "| model | hidden | batch | backend | schedule | ms |",
+                  "|---|---|---|---|---|---|"]
         lines += [f"| {r['model']} | {r['hidden']} | {r['batch']} | {r['backend']} | "
                   f"{r['schedule']} | {r['ms']:.3f} |" for r in rows]
         lines.append("")
@@ -145,7 +159,7 @@ def main():
     if args.trees and os.path.exists(args.trees):
         with open(args.trees) as handle:
             trees = [line for line in handle if line.strip()]
-    count, repeat = (2, 2) if args.quick else (5, 3)
+    count, repeat = (2, 2) if args.quick else (5, 4)
     results = {"machine": machine, "cpu": f"{platform.processor() or platform.machine()}, "
                f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
                "versions": {"python": platform.python_version(), "numpy": np.__version__,

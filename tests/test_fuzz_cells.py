@@ -12,7 +12,7 @@ from hypothesis import event, given, settings, strategies as st
 
 import recjit as rj
 
-from conftest import assert_same_result, binary_forests
+from conftest import assert_same_result, binary_forests, nary_forests
 
 HIDDEN, VOCAB = 3, 8
 MODULES = tempfile.mkdtemp(prefix="recjit-fuzz-cells-")
@@ -54,23 +54,39 @@ def expressions(draw, atoms, depth=3):
 
 @st.composite
 def cells(draw):
-    """(source of a module defining `cell`, the mistake in it)."""
+    """(source of a module defining `cell`, the mistake in it). A binary cell reads `hl` and
+    `hr`; a child-sum cell (any arity) sums a per-child expression of `h_k` into `hl`, and
+    reads `hr` = the plain sum of its children's states."""
     leaf = draw(expressions(["p.E[node.word]", "p.b0"]))
     internal = draw(expressions(["hl", "hr", "p.b1"]))
     mistake = draw(st.sampled_from(sorted(MISTAKES)))
     line, where = MISTAKES[mistake]
-    left = line if where == "left" else "hl = cell(node.left, p)"
     body = f"    {line}\n" if where == "body" else ""
-    source = ("import numpy as np\n\nimport recjit as rj\n\n\n"
-              "@rj.recursive_model(arity=2)\n"
-              "def cell(node, p):\n"
-              "    if node.is_leaf:\n"
-              f"        return {leaf}\n"
-              f"    {left}\n"
-              "    hr = cell(node.right, p)\n"
-              f"{body}"
-              f"    return {internal}\n")
-    return source, mistake
+    header = "import numpy as np\n\nimport recjit as rj\n\n\n"
+    if draw(st.booleans()):
+        left = line if where == "left" else "hl = cell(node.left, p)"
+        return (header + "@rj.recursive_model(arity=2)\n"
+                "def cell(node, p):\n"
+                "    if node.is_leaf:\n"
+                f"        return {leaf}\n"
+                f"    {left}\n"
+                "    hr = cell(node.right, p)\n"
+                f"{body}"
+                f"    return {internal}\n"), mistake, 2
+    per_child = draw(expressions(["h_k", "p.b1"], depth=2))
+    call = "cell(child, p)" if where != "left" else line.split(" = ")[1]
+    return (header + "@rj.recursive_model(arity=None)\n"
+            "def cell(node, p):\n"
+            "    if node.is_leaf:\n"
+            f"        return {leaf}\n"
+            "    hl = rj.zeros(p.b0.shape)\n"
+            "    hr = rj.zeros(p.b0.shape)\n"
+            "    for child in node.children:\n"
+            f"        h_k = {call}\n"
+            f"        hl = hl + {per_child}\n"
+            "        hr = hr + h_k\n"
+            f"{body}"
+            f"    return {internal}\n"), mistake, None
 
 
 def load(source):
@@ -85,21 +101,27 @@ def load(source):
     return module.cell
 
 
-def parameters(seed):
+def parameters(seed, dtype):
     rng = np.random.default_rng(seed)
-    return rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), b0=rng.normal(size=HIDDEN),
-                     b1=rng.normal(size=HIDDEN), W0=rng.normal(size=(HIDDEN, HIDDEN)) / 2,
-                     W1=rng.normal(size=(HIDDEN, HIDDEN)) / 2,
-                     W_wide=rng.normal(size=(HIDDEN, HIDDEN + 1)))
+
+    def normal(*shape, scale=1.0):
+        return (scale * rng.normal(size=shape)).astype(dtype)
+
+    return rj.Params(E=normal(VOCAB, HIDDEN), b0=normal(HIDDEN), b1=normal(HIDDEN),
+                     W0=normal(HIDDEN, HIDDEN, scale=0.5), W1=normal(HIDDEN, HIDDEN, scale=0.5),
+                     W_wide=normal(HIDDEN, HIDDEN + 1))
 
 
 # Each new cell compiles a kernel (seconds): a bounded number of examples.
 @settings(max_examples=14)
-@given(cell=cells(), forest=binary_forests(VOCAB, max_trees=3, max_leaves=6),
-       seed=st.integers(0, 2**32 - 1))
-def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, forest, seed):
-    source, mistake = cell
-    p = parameters(seed)
+@given(cell=cells(), binary=binary_forests(VOCAB, max_trees=3, max_leaves=6),
+       nary=nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=3),
+       dtype=st.sampled_from(["float64", "float32"]), seed=st.integers(0, 2**32 - 1))
+def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, binary, nary, dtype,
+                                                                    seed):
+    source, mistake, arity = cell
+    forest = binary if arity == 2 else nary
+    p = parameters(seed, dtype)
     event(mistake)
     try:
         model = load(source)
@@ -111,4 +133,5 @@ def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, fores
         event(f"{mistake}: {type(error).__name__}")
         return
     event(f"{mistake}: compiled")
-    assert_same_result(result, model.reference(forest, p))
+    tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == "float32" else {}
+    assert_same_result(result, model.reference(forest, p), **tolerance)

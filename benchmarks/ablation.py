@@ -15,12 +15,10 @@ import argparse
 import importlib
 import json
 import os
-import platform
 import time
 
-import numba
 import numpy as np
-from bench import DEFAULT_TREES, HERE, TOLERANCE, ZOO, batches, gpu_facts
+from bench import HERE, TOLERANCE, ZOO, add_common_arguments, batches, setup, write_results
 
 import recjit as rj
 
@@ -144,27 +142,13 @@ def plot(results, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trees", default=DEFAULT_TREES)
+    add_common_arguments(parser)
     parser.add_argument("--quick", action="store_true", help="fewer forests per timing")
-    parser.add_argument("--models", default=",".join(b.name for b in ZOO))
-    parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=None,
-                        help="also on the GPU (default: when numba.cuda finds one)")
     args = parser.parse_args()
-    gpu = gpu_facts() if args.cuda is not False else None
-    if args.cuda and gpu is None:
-        parser.error("--cuda: numba.cuda finds no GPU here")
-    backends = ("cpu", "cuda") if gpu else ("cpu",)
-    machine = gpu["name"].lower().replace(" ", "-") if gpu else f"cpu-{os.cpu_count()}core"
-    trees = None
-    if args.trees and os.path.exists(args.trees):
-        with open(args.trees) as handle:
-            trees = [line for line in handle if line.strip()]
+    header, trees = setup(parser, args)
+    backends = ("cpu", "cuda") if header["gpu"] else ("cpu",)
     count, repeat = (2, 2) if args.quick else (5, 4)
-    results = {"machine": machine, "cpu": f"{platform.processor() or platform.machine()}, "
-               f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
-               "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                            "numba": numba.__version__, "recjit": rj.__version__},
-               "gpu": gpu, "rows": []}
+    results = {**header, "rows": []}
     wanted = args.models.split(",")
     for benchmark in ZOO:
         if benchmark.name not in wanted:
@@ -184,13 +168,8 @@ def main():
                                             "backend": backend, "schedule": label, "ms": ms})
                     print(f"({figure}) {benchmark.name:>16} h{hidden:<4} b{batch:<3} {backend:4} "
                           f"{label:<44} {ms:9.3f} ms", flush=True)
-    base = os.path.join(HERE, "results", f"ablation-{machine}")
-    with open(base + ".json", "w") as handle:
-        json.dump(results, handle, indent=1)
-    with open(base + ".md", "w") as handle:
-        handle.write(markdown(results))
-    plotted = plot(results, base + ".png")
-    print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
+    write_results(os.path.join(HERE, "results", f"ablation-{results['machine']}"), results,
+                  markdown(results), plot)
 
 
 if __name__ == "__main__":

@@ -301,31 +301,55 @@ def plot(results, path):
     return path
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_common_arguments(parser):
+    """--trees, --models and --cuda, which every benchmark script takes."""
     parser.add_argument("--trees", default=DEFAULT_TREES)
-    parser.add_argument("--quick", action="store_true", help="hs only, fewer batches (< 2 min)")
     parser.add_argument("--models", default=",".join(b.name for b in ZOO))
-    parser.add_argument("--machine", default=None,
-                        help="results file name (default: the GPU's name, else cpu-<n>core)")
     parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=None,
                         help="also run on the GPU (default: when numba.cuda finds one)")
-    args = parser.parse_args()
+
+
+def setup(parser, args, machine=None):
+    """(the results header, the SST lines or None) for the common arguments: the machine
+    (`machine`, else the GPU's name, else cpu-<n>core), CPU, trees, versions and GPU."""
     gpu = gpu_facts() if args.cuda is not False else None
     if args.cuda and gpu is None:
         parser.error("--cuda: numba.cuda finds no GPU here")
-    args.machine = args.machine or (gpu["name"].lower().replace(" ", "-") if gpu
-                                    else f"cpu-{os.cpu_count()}core")
+    machine = machine or (gpu["name"].lower().replace(" ", "-") if gpu
+                          else f"cpu-{os.cpu_count()}core")
     trees = None
     if args.trees and os.path.exists(args.trees):
         with open(args.trees) as handle:
             trees = [line for line in handle if line.strip()]
+    header = {"machine": machine, "cpu": f"{platform.processor() or platform.machine()}, "
+              f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
+              "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                           "numba": numba.__version__, "recjit": rj.__version__},
+              "gpu": gpu}
+    return header, trees
+
+
+def write_results(base, results, markdown_text, plot_to):
+    """`base`.json, `base`.md and, where matplotlib is installed, `base`.png."""
+    with open(base + ".json", "w") as handle:
+        json.dump(results, handle, indent=1)
+    with open(base + ".md", "w") as handle:
+        handle.write(markdown_text)
+    plotted = plot_to(results, base + ".png")
+    print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_arguments(parser)
+    parser.add_argument("--quick", action="store_true", help="hs only, fewer batches (< 2 min)")
+    parser.add_argument("--machine", default=None,
+                        help="results file name (default: the GPU's name, else cpu-<n>core)")
+    args = parser.parse_args()
+    header, trees = setup(parser, args, args.machine)
+    gpu = header["gpu"]
     count, repeat = (4, 1) if args.quick else (20, 3)
-    results = {"machine": args.machine, "cpu": f"{platform.processor() or platform.machine()}, "
-               f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
-               "versions": {"python": platform.python_version(), "numpy": np.__version__,
-                            "numba": numba.__version__, "recjit": rj.__version__},
-               "gpu": gpu, "matmul_gflops": matmul_roof(), "rows": []}
+    results = {**header, "matmul_gflops": matmul_roof(), "rows": []}
     print(f"float32 matmul roof: {results['matmul_gflops']:.0f} GFLOP/s")
     for benchmark in ZOO:
         if benchmark.name not in args.models.split(","):
@@ -352,13 +376,8 @@ def main():
     results["targets"] = targets(results)
     for text, value, met in results["targets"]:
         print(f"target {text}: {value} ({'met' if met else 'NOT met'})")
-    base = os.path.join(HERE, "results", args.machine)
-    with open(base + ".json", "w") as handle:
-        json.dump(results, handle, indent=1)
-    with open(base + ".md", "w") as handle:
-        handle.write(markdown(results))
-    plotted = plot(results, base + ".png")
-    print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
+    write_results(os.path.join(HERE, "results", results["machine"]), results,
+                  markdown(results), plot)
 
 
 if __name__ == "__main__":

@@ -357,6 +357,20 @@ class PassLowering:
                           Let("num_edges", BinOp("-", edge_end, Var("edge_base")))] + statements
         return allocations, statements
 
+    def lower_states(self, projections, first, count):
+        """`lower` of the case's states, then the refactored products of the pass's nodes
+        first..first+count, read straight from the states just stored."""
+        allocations, statements = self.lower(
+            [(v, state_name(c)) for c, v in enumerate(self.case.outputs)])
+        if projections:
+            statements.append(Barrier("the refactored products read the states just computed"))
+            statements += [MatMul(param_name(projection.weight),
+                                  state_name(projection.component), projection.name, count,
+                                  self.row_block, x_row=first, y_row=first,
+                                  columns=projection.columns)
+                           for projection in projections]
+        return allocations, statements
+
     def phase(self, matvecs, phase):
         """Pack the vectors of this phase's products, then one `MatMul` per weight and per
         kind of vector: one per node (indexed by slot) or one per child (indexed by edge)."""
@@ -452,12 +466,11 @@ def lower(cell, schedule):
                                  add(Var("leaf_begin"), Var("slot")),
                                  distinct[0] if distinct else Var("num_leaves"), {}, row_block,
                                  distinct=distinct)
-        leaf_allocations, leaf_statements = leaf_pass.lower(
-            [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
+        leaf_allocations, leaf_statements = leaf_pass.lower_states(
+            projections, Var("leaf_begin"), Var("num_leaves"))
         body += [Comment("hoisted: every leaf at once" + (
             f"; the products once per distinct `{key}`" if key else ""))]
-        body += leaf_allocations + leaf_statements + projection_products(
-            projections, Var("leaf_begin"), Var("num_leaves"), row_block)
+        body += leaf_allocations + leaf_statements
         if key:
             scalars += ("num_distinct_leaves",)
             structure += ("leaf_distinct", "leaf_slot")
@@ -487,18 +500,14 @@ def lower(cell, schedule):
         batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
                                   add(Var("begin"), Var("slot")), Var("max_batch_size"),
                                   available, row_block, Var("max_batch_edges"))
-        batch_allocations, batch_statements = batch_pass.lower(
-            [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
-        batch_statements += projection_products(projections, Var("begin"), Var("count"),
-                                                 row_block)
+        batch_allocations, batch_statements = batch_pass.lower_states(
+            projections, Var("begin"), Var("count"))
     first_batch = 2
     if not schedule.specialize:
         leaf_pass = PassLowering(cell, leaf, "leaf_", Var("count"), add(Var("begin"), Var("slot")),
                                  Var("max_level_size"), {}, row_block)
-        leaf_allocations, leaf_statements = leaf_pass.lower(
-            [(v, state_name(c)) for c, v in enumerate(leaf.outputs)])
-        leaf_statements += projection_products(projections, Var("begin"), Var("count"),
-                                               row_block)
+        leaf_allocations, leaf_statements = leaf_pass.lower_states(
+            projections, Var("begin"), Var("count"))
         batch_allocations = leaf_allocations + batch_allocations
         batch_statements = [If(BinOp(">=", Var("begin"), Var("leaf_begin")),
                                tuple(leaf_statements), tuple(batch_statements))]
@@ -526,9 +535,7 @@ def unrolled_batch(cell, internal, available, projections, row_block):
     in scratch of its own."""
     node_pass = PassLowering(cell, internal, "node_", Const(1), Var("node"), Const(1),
                              available, row_block, Var("max_children"), first_node=Var("node"))
-    allocations, statements = node_pass.lower(
-        [(v, state_name(c)) for c, v in enumerate(internal.outputs)])
-    statements += projection_products(projections, Var("node"), Const(1), row_block)
+    allocations, statements = node_pass.lower_states(projections, Var("node"), Const(1))
     item = add(Var("first_item"), Var("item"))
     item_loop = Loop("item", Const(0), BinOp("-", Load("batch_item", (add(Var("b"), 1),)),
                                              Var("first_item")), tuple(
@@ -554,18 +561,6 @@ def _one_worker(statements):
         elif not isinstance(statement, Barrier):
             result.append(statement)
     return result
-
-
-def projection_products(projections, first, count, row_block):
-    """The refactored products of nodes first..first+count, read straight from the states
-    their pass has just stored."""
-    if not projections:
-        return []
-    return [Barrier("the refactored products read the states just computed")] + [
-        MatMul(param_name(projection.weight), state_name(projection.component),
-               projection.name, count, row_block, x_row=first, y_row=first,
-               columns=projection.columns)
-        for projection in projections]
 
 
 def distinct_key(leaf):

@@ -96,6 +96,23 @@ def _heights(child_ptr, child_idx, parent_count):
 
 
 @numba.njit(cache=True)
+def permuted_children(child_ptr, child_idx, old_of_new, new_of_old):
+    """The children CSR (child_ptr, child_idx) in a new numbering of the nodes."""
+    num_nodes = child_ptr.size - 1
+    new_child_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    for new in range(num_nodes):
+        old = old_of_new[new]
+        new_child_ptr[new + 1] = new_child_ptr[new] + child_ptr[old + 1] - child_ptr[old]
+    new_child_idx = np.empty(child_idx.size, dtype=np.int64)
+    for new in range(num_nodes):
+        old = old_of_new[new]
+        offset = new_child_ptr[new] - child_ptr[old]
+        for position in range(child_ptr[old], child_ptr[old + 1]):
+            new_child_idx[position + offset] = new_of_old[child_idx[position]]
+    return new_child_ptr, new_child_idx
+
+
+@numba.njit(cache=True)
 def _renumber(child_ptr, child_idx, height):
     """Counting sort by height, highest first; stable in the original order within a batch."""
     num_nodes = child_ptr.size - 1
@@ -116,16 +133,8 @@ def _renumber(child_ptr, child_idx, height):
         new_of_old[node] = fill[batch]
         old_of_new[fill[batch]] = node
         fill[batch] += 1
-    new_child_ptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    for new in range(num_nodes):
-        old = old_of_new[new]
-        new_child_ptr[new + 1] = new_child_ptr[new] + child_ptr[old + 1] - child_ptr[old]
-    new_child_idx = np.empty(child_idx.size, dtype=np.int64)
-    for new in range(num_nodes):
-        old = old_of_new[new]
-        offset = new_child_ptr[new] - child_ptr[old]
-        for position in range(child_ptr[old], child_ptr[old + 1]):
-            new_child_idx[position + offset] = new_of_old[child_idx[position]]
+    new_child_ptr, new_child_idx = permuted_children(child_ptr, child_idx, old_of_new,
+                                                     new_of_old)
     max_batch_size = 0
     max_batch_edges = 0
     for batch in range(num_batches - 1):

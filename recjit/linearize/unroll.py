@@ -10,6 +10,8 @@ from dataclasses import replace
 import numba
 import numpy as np
 
+from .linearizer import permuted_children
+
 
 @numba.njit(cache=True)
 def _item_roots(child_ptr, child_idx, band, leaf_begin):
@@ -60,11 +62,8 @@ def _permute(linearized, order):
     """The same forest with node `order[new]` renumbered `new`."""
     new_of_current = np.empty_like(order)
     new_of_current[order] = np.arange(order.size)
-    counts = np.diff(linearized.child_ptr)[order]
-    child_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    positions = np.repeat(linearized.child_ptr[order] - child_ptr[:-1], counts) \
-        + np.arange(child_ptr[-1])
-    child_idx = new_of_current[linearized.child_idx[positions]]
+    child_ptr, child_idx = permuted_children(linearized.child_ptr, linearized.child_idx,
+                                             order, new_of_current)
     old_of_new = linearized.old_of_new[order]
     new_of_old = np.empty_like(old_of_new)
     new_of_old[old_of_new] = np.arange(order.size)

@@ -56,7 +56,9 @@ def expressions(draw, atoms, depth=3):
 def cells(draw):
     """(source of a module defining `cell`, the mistake in it). A binary cell reads `hl` and
     `hr`; a child-sum cell (any arity) sums a per-child expression of `h_k` into `hl`, and
-    reads `hr` = the plain sum of its children's states."""
+    reads `hr` = the plain sum of its children's states. The per-child expression always reads
+    `h_k`: adding the same value for every child is refused by design (a clear UnsupportedError,
+    tested in test_errors), not a valid cell."""
     leaf = draw(expressions(["p.E[node.word]", "p.b0"]))
     internal = draw(expressions(["hl", "hr", "p.b1"]))
     mistake = draw(st.sampled_from(sorted(MISTAKES)))
@@ -74,6 +76,8 @@ def cells(draw):
                 f"{body}"
                 f"    return {internal}\n"), mistake, 2
     per_child = draw(expressions(["h_k", "p.b1"], depth=2))
+    if "h_k" not in per_child:
+        per_child = f"({per_child} + h_k)"
     call = "cell(child, p)" if where != "left" else line.split(" = ")[1]
     return (header + "@rj.recursive_model(arity=None)\n"
             "def cell(node, p):\n"

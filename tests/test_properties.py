@@ -137,6 +137,17 @@ def overwrites_instead_of_summing(node, p):
 
 
 @rj.recursive_model(arity=None)
+def adds_the_same_value_for_every_child(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    total = rj.zeros(3)
+    for child in node.children:  # <- error
+        adds_the_same_value_for_every_child(child, p)
+        total = total + rj.ones(3)
+    return total
+
+
+@rj.recursive_model(arity=None)
 def returns_inside_the_children_loop(node, p):
     for child in node.children:  # <- error
         return returns_inside_the_children_loop(child, p)
@@ -147,6 +158,7 @@ def returns_inside_the_children_loop(node, p):
                                    branches_on_a_field, reads_node_left_with_any_arity,
                                    reads_a_per_child_value_after_the_loop,
                                    overwrites_instead_of_summing,
+                                   adds_the_same_value_for_every_child,
                                    returns_inside_the_children_loop])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
     forest = rj.Forest.from_nested([(0, 1)])

@@ -35,6 +35,8 @@ class DeviceParams(Params):
 
 def shape_and_dtype(value):
     """A parameter's shape and dtype, without copying a device array to the host."""
+    if isinstance(value, np.ndarray):
+        return value.shape, value.dtype
     if hasattr(value, "__cuda_array_interface__") or hasattr(value, "copy_to_host"):
         return tuple(value.shape), np.dtype(str(value.dtype).replace("torch.", ""))
     value = np.asarray(value)

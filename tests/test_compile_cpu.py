@@ -1,7 +1,7 @@
 """The compiled CPU kernel equals the naive recursion (`model.reference`) on generated forests
 and parameters: within 1e-5 relative in float64 (plus 1e-6 absolute for values near zero)."""
 import numpy as np
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from recjit.linearize import random_bracketing
@@ -188,3 +188,23 @@ def test_a_fixed_arity_3_model_reads_children_by_index_and_loops_over_them(word,
                   U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
     forest = ternary_forests(word)
     assert_same_result(ternary.run(forest, p), ternary.reference(forest, p))
+
+
+@rj.recursive_model(arity=2)
+def squashed_matrix_rnn(node, p):
+    if node.is_leaf:
+        return p.E_M[node.word]
+    return rj.tanh(p.W_M @ rj.concat([squashed_matrix_rnn(node.left, p),
+                                      squashed_matrix_rnn(node.right, p)]))
+
+
+@settings(max_examples=10)
+@given(binary_forests(vocab_size=7, max_trees=4, max_leaves=8), seeds)
+def test_a_parameter_times_a_matrix_is_packed_and_stored_column_by_column(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E_M=rng.normal(size=(7, 4, 3)), W_M=rng.normal(size=(4, 8), scale=0.5))
+    assert_same_result(squashed_matrix_rnn.run(forest, p),
+                       squashed_matrix_rnn.reference(forest, p))
+    source = squashed_matrix_rnn.kernel_source("cpu")
+    assert source.count("for k_column in range(3):") == 2  # the packs of both children
+    assert "for e_column in range(3):" in source  # tanh of the product, stored

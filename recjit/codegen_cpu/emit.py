@@ -54,7 +54,9 @@ _bound = expression.bound
 def _statements(body, depth, lines):
     pad = "    " * depth
     for statement in body:
-        if isinstance(statement, Loop):
+        if isinstance(statement, Loop) and statement.columns:
+            _column_walk(statement, depth, lines)
+        elif isinstance(statement, Loop):
             header = (f"prange({_bound(statement.stop)})" if statement.parallel
                       else expression.range(statement))
             lines.append(f"{pad}for {statement.var} in {header}:")
@@ -91,6 +93,18 @@ def _statements(body, depth, lines):
             lines.append(f"{pad}# {statement.text}")
         else:
             raise TypeError(statement)
+
+
+def _column_walk(loop, depth, lines):
+    """An element loop over whole rows of a matrix, column by column: the packed side is
+    transposed, and this order reads and writes each cache line once."""
+    pad, columns, var = "    " * depth, loop.columns, loop.var
+    first_row, end_row = loop.start.value // columns, loop.stop.value // columns
+    rows = f"range({end_row})" if first_row == 0 else f"range({first_row}, {end_row})"
+    lines += [f"{pad}for {var}_column in range({columns}):",
+              f"{pad}    for {var}_row in {rows}:",
+              f"{pad}        {var} = {var}_row * {columns} + {var}_column"]
+    _statements(loop.body, depth + 2, lines)
 
 
 def emit_source(kernel, fast_math, header):

@@ -44,6 +44,31 @@ def _six_by_two(weight, x, y, s, r, columns):
 
 
 @numba.njit(fastmath=True, inline="always")
+def _four_by_two(weight, x, y, s, r, columns):
+    zero = y.dtype.type(0)
+    a00 = a01 = a10 = a11 = a20 = a21 = a30 = a31 = zero
+    for k in range(columns):
+        w0 = weight[r, k]
+        w1 = weight[r + 1, k]
+        x0 = x[s, k]
+        x1 = x[s + 1, k]
+        x2 = x[s + 2, k]
+        x3 = x[s + 3, k]
+        a00 += w0 * x0
+        a01 += w1 * x0
+        a10 += w0 * x1
+        a11 += w1 * x1
+        a20 += w0 * x2
+        a21 += w1 * x2
+        a30 += w0 * x3
+        a31 += w1 * x3
+    y[s, r], y[s, r + 1] = a00, a01
+    y[s + 1, r], y[s + 1, r + 1] = a10, a11
+    y[s + 2, r], y[s + 2, r + 1] = a20, a21
+    y[s + 3, r], y[s + 3, r + 1] = a30, a31
+
+
+@numba.njit(fastmath=True, inline="always")
 def _three_by_two(weight, x, y, s, r, columns):
     zero = y.dtype.type(0)
     a00 = a01 = a10 = a11 = a20 = a21 = zero
@@ -62,6 +87,23 @@ def _three_by_two(weight, x, y, s, r, columns):
     y[s, r], y[s, r + 1] = a00, a01
     y[s + 1, r], y[s + 1, r + 1] = a10, a11
     y[s + 2, r], y[s + 2, r + 1] = a20, a21
+
+
+@numba.njit(fastmath=True, inline="always")
+def _two_by_two(weight, x, y, s, r, columns):
+    zero = y.dtype.type(0)
+    a00 = a01 = a10 = a11 = zero
+    for k in range(columns):
+        w0 = weight[r, k]
+        w1 = weight[r + 1, k]
+        x0 = x[s, k]
+        x1 = x[s + 1, k]
+        a00 += w0 * x0
+        a01 += w1 * x0
+        a10 += w0 * x1
+        a11 += w1 * x1
+    y[s, r], y[s, r + 1] = a00, a01
+    y[s + 1, r], y[s + 1, r + 1] = a10, a11
 
 
 @numba.njit(fastmath=True, inline="always")
@@ -85,14 +127,22 @@ def matmul_rows(weight, x, y, rows, row_begin, row_end):
         for r in range(row_begin, pairs_end, 2):
             _six_by_two(weight, x, y, s, r, columns)
         s += 6
+    # The last 1-5 nodes in at most two passes: 5 = 3 + 2, 4, 3, 2, 1.
+    if s + 4 == rows:
+        for r in range(row_begin, pairs_end, 2):
+            _four_by_two(weight, x, y, s, r, columns)
+        s += 4
     if s + 3 <= rows:
         for r in range(row_begin, pairs_end, 2):
             _three_by_two(weight, x, y, s, r, columns)
         s += 3
-    while s < rows:
+    if s + 2 <= rows:
+        for r in range(row_begin, pairs_end, 2):
+            _two_by_two(weight, x, y, s, r, columns)
+        s += 2
+    if s < rows:
         for r in range(row_begin, pairs_end, 2):
             _one_by_two(weight, x, y, s, r, columns)
-        s += 1
     if pairs_end < row_end:
         for s in range(rows):
             total = y.dtype.type(0)

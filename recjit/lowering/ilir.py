@@ -58,7 +58,9 @@ class Loop:
 
     An element loop (`element=True`) runs over the elements of cell values inside a parallel
     loop; its iterations are independent. The CPU runs it in order (LLVM vectorizes it), the
-    GPU gives each element its own thread."""
+    GPU gives each element its own thread. `columns` > 0: the elements are those of a matrix
+    with that many columns (flat index = row · columns + column) whose packed copy is
+    transposed, and the CPU walks it column by column, so that both sides stay in cache."""
 
     var: str
     start: object
@@ -67,6 +69,7 @@ class Loop:
     parallel: bool = False
     step: int = 1
     element: bool = False
+    columns: int = 0
 
 
 @dataclass(frozen=True)

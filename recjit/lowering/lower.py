@@ -398,7 +398,7 @@ class PassLowering:
                     lambda emitter, position, operand=operand, row=row, x=x, stride=stride,
                     slot=slot, columns=columns: [Store(x, _packed_index(
                         slot, stride, row, columns, Var("k")), emitter.element(
-                        operand, Var("k"), position))]))
+                        operand, Var("k"), position))], columns if columns > 1 else 0))
                 self.locations[product] = (y, stride, row, slot, columns)
                 row += columns
             count = Var("num_edges") if per_child else self.product_count
@@ -410,14 +410,40 @@ class PassLowering:
         return allocations, [self.product_loop(node_packs),
                              Barrier("the products read the packed inputs")] + products
 
-    def element_loops(self, variable, values, size, stores):
+    def element_loops(self, variable, values, size, stores, columns=0):
+        """One element loop per segment of `values`; walked column by column (`columns`) when
+        every segment is made of whole rows of the matrix."""
         loops = []
-        for low, high in segments(self.case.ops, values, size):
+        ranges = segments(self.case.ops, values, size)
+        if columns and any(low % columns or high % columns for low, high in ranges):
+            columns = 0
+        for low, high in ranges:
             emitter = ElementEmitter(self)
             body = stores(emitter, low)
             loops.append(Loop(variable, Const(low), Const(high),
-                              tuple(emitter.statements) + tuple(body), element=True))
+                              tuple(emitter.statements) + tuple(body), element=True,
+                              columns=columns))
         return loops
+
+    def transposed_columns(self, values):
+        """The column count of matrix `values` that read a packed product's transposed rows
+        (a parameter times a matrix), else 0."""
+        ops = self.case.ops
+        shapes = {ops[value].shape for value in values}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+            return 0
+        seen, pending = set(), list(values)
+        while pending:
+            value = pending.pop()
+            if value in seen:
+                continue
+            seen.add(value)
+            location = self.locations.get(value)
+            if location is not None and location[4] > 1:
+                return next(iter(shapes))[1]
+            if ops[value].kind in ("unary", "binary"):
+                pending += ops[value].args
+        return 0
 
     def elementwise(self, outputs):
         by_size = {}
@@ -425,12 +451,13 @@ class PassLowering:
             by_size.setdefault(self.case.ops[value].size, []).append((value, array))
         body = []
         for size, group in by_size.items():
+            values = [v for v, _ in group]
             body += self.element_loops(
-                "e", [v for v, _ in group], size,
+                "e", values, size,
                 lambda emitter, position, group=group: [
                     Store(array, (Var("node"), Var("e")),
                           emitter.element(value, Var("e"), position))
-                    for value, array in group])
+                    for value, array in group], self.transposed_columns(values))
         return self.slot_loop(body)
 
 

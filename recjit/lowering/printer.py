@@ -31,8 +31,10 @@ def _statements(body, depth, lines):
         if isinstance(statement, Loop):
             kind = "parallel for" if statement.parallel else "for"
             step = "" if statement.step == 1 else f" step {statement.step}"
+            order = (f" (column by column, {statement.columns} columns)" if statement.columns
+                     else "")
             lines.append(f"{pad}{kind} {statement.var} in [{expression(statement.start)}, "
-                         f"{expression(statement.stop)}){step}:")
+                         f"{expression(statement.stop)}){step}{order}:")
             _statements(statement.body, depth + 1, lines)
         elif isinstance(statement, Let):
             lines.append(f"{pad}{statement.name} = {expression(statement.value)}")

@@ -47,6 +47,7 @@ CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})"}
 
 
+ROW_TILE = 16
 expression = PythonExpressions(CALLS)
 _bound = expression.bound
 
@@ -96,15 +97,17 @@ def _statements(body, depth, lines):
 
 
 def _column_walk(loop, depth, lines):
-    """An element loop over whole rows of a matrix, column by column: the packed side is
-    transposed, and this order reads and writes each cache line once."""
+    """An element loop over whole rows of a matrix, column by column in tiles of 16 rows: the
+    packed side is transposed, and this order reads and writes each cache line once (16
+    float32 rows of a packed column are one 64-byte line)."""
     pad, columns, var = "    " * depth, loop.columns, loop.var
     first_row, end_row = loop.start.value // columns, loop.stop.value // columns
-    rows = f"range({end_row})" if first_row == 0 else f"range({first_row}, {end_row})"
-    lines += [f"{pad}for {var}_column in range({columns}):",
-              f"{pad}    for {var}_row in {rows}:",
-              f"{pad}        {var} = {var}_row * {columns} + {var}_column"]
-    _statements(loop.body, depth + 2, lines)
+    lines += [f"{pad}for {var}_tile in range({first_row}, {end_row}, {ROW_TILE}):",
+              f"{pad}    for {var}_column in range({columns}):",
+              f"{pad}        for {var}_row in range({var}_tile, "
+              f"min({var}_tile + {ROW_TILE}, {end_row})):",
+              f"{pad}            {var} = {var}_row * {columns} + {var}_column"]
+    _statements(loop.body, depth + 3, lines)
 
 
 def emit_source(kernel, fast_math, header):

@@ -58,7 +58,7 @@ def cells(draw):
     `hr`; a child-sum cell (any arity) sums a per-child expression of `h_k` into `hl`, and
     reads `hr` = the plain sum of its children's states. The per-child expression always reads
     `h_k`: adding the same value for every child is refused by design (a clear UnsupportedError,
-    tested in test_errors), not a valid cell."""
+    tested in test_properties), not a valid cell."""
     leaf = draw(expressions(["p.E[node.word]", "p.b0"]))
     internal = draw(expressions(["hl", "hr", "p.b1"]))
     mistake = draw(st.sampled_from(sorted(MISTAKES)))

@@ -14,13 +14,6 @@ from .emit import emit_source
 _running = threading.Lock()
 
 
-def _host_array(value, dtype):
-    """`value` as a C-contiguous array of `dtype`, without a copy when it is one already."""
-    if isinstance(value, np.ndarray) and value.dtype == dtype and value.flags.c_contiguous:
-        return value
-    return np.ascontiguousarray(value, dtype=dtype)
-
-
 class CpuKernel:
     """A compiled kernel and the argument plumbing around it."""
 
@@ -46,7 +39,8 @@ class CpuKernel:
             elif name in states:
                 arguments.append(states[name])
             else:
-                arguments.append(_host_array(getattr(params, name[len("p_"):]), dtype))
+                arguments.append(np.ascontiguousarray(getattr(params, name[len("p_"):]),
+                                                      dtype=dtype))
         with _running:
             self.function(*arguments)
         return [states[name] for name, _ in self.kernel.states]

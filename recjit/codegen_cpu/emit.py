@@ -104,8 +104,8 @@ def _column_walk(loop, depth, lines):
     first_row, end_row = loop.start.value // columns, loop.stop.value // columns
     lines += [f"{pad}for {var}_tile in range({first_row}, {end_row}, {ROW_TILE}):",
               f"{pad}    for {var}_column in range({columns}):",
-              f"{pad}        for {var}_row in range({var}_tile, "
-              f"min({var}_tile + {ROW_TILE}, {end_row})):",
+              (f"{pad}        for {var}_row in range({var}_tile, "
+               f"min({var}_tile + {ROW_TILE}, {end_row})):"),
               f"{pad}            {var} = {var}_row * {columns} + {var}_column"]
     _statements(loop.body, depth + 3, lines)
 

@@ -430,7 +430,10 @@ class PassLowering:
         (a parameter times a matrix), else 0."""
         ops = self.case.ops
         shapes = {ops[value].shape for value in values}
-        if len(shapes) != 1 or len(next(iter(shapes))) != 2:
+        if len(shapes) != 1:
+            return 0
+        (shape,) = shapes
+        if len(shape) != 2:
             return 0
         seen, pending = set(), list(values)
         while pending:
@@ -438,9 +441,10 @@ class PassLowering:
             if value in seen:
                 continue
             seen.add(value)
-            location = self.locations.get(value)
-            if location is not None and location[4] > 1:
-                return next(iter(shapes))[1]
+            if value in self.locations:
+                *_, packed_columns = self.locations[value]
+                if packed_columns > 1:
+                    return shape[1]
             if ops[value].kind in ("unary", "binary"):
                 pending += ops[value].args
         return 0

@@ -5,7 +5,7 @@
 (a) every model of the zoo, with the optimizations added one at a time, from a kernel that
     runs one node at a time, unspecialized, with nothing hoisted (and on the GPU unfused and
     without persistence) up to the compiler's own schedule;
-(b) recursion unrolling on TreeLSTM and TreeRNN (CPU);
+(b) recursion unrolling on TreeLSTM and TreeRNN;
 (c) recursive refactoring on TreeGRU and SimpleTreeGRU.
 
 Every schedule's result is checked against the naive recursion before it is timed; the
@@ -78,10 +78,11 @@ def fig_a(benchmark, hidden, forests, repeat, backends):
     return timed(model, forests, p, entries, repeat)
 
 
-def fig_b(benchmark, hidden, forests, repeat):
+def fig_b(benchmark, hidden, forests, repeat, backends):
     model, p = model_and_params(benchmark, hidden, forests)
-    return timed(model, forests, p, [("cpu", f"unroll={depth}", rj.Schedule(
-        unroll=depth, refactor=False)) for depth in UNROLL_DEPTHS], repeat)
+    return timed(model, forests, p, [(backend, f"unroll={depth}", rj.Schedule(
+        unroll=depth, refactor=False)) for backend in backends for depth in UNROLL_DEPTHS],
+        repeat)
 
 
 def fig_c(benchmark, hidden, forests, repeat, backends):
@@ -158,7 +159,7 @@ def main():
             forests = batches(benchmark, trees, batch, count, hidden)
             figures = [("a", fig_a(benchmark, hidden, forests, repeat, backends))]
             if benchmark.name in UNROLL_MODELS:
-                figures.append(("b", fig_b(benchmark, hidden, forests, repeat)))
+                figures.append(("b", fig_b(benchmark, hidden, forests, repeat, backends)))
             if benchmark.name in REFACTOR_MODELS:
                 figures.append(("c", fig_c(benchmark, hidden, forests, repeat, backends)))
             for figure, rows in figures:

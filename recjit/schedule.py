@@ -26,9 +26,10 @@ class Schedule:
     - `persistence` (CUDA, fused): each block keeps its rows of the weights multiplied in every
       batch in shared memory for the whole launch, when they fit; `False` reads them through L2
       in every batch (the ablation baseline).
-    - `unroll` (CPU; trees and sequences): the recursion unrolled to this depth: one work item
-      computes a node and its descendants up to `unroll - 1` levels down, one after another,
-      so a batch covers `unroll` heights with no barrier inside; 1 is no unrolling.
+    - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
+      CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
+      down, one after another, so a batch covers `unroll` heights with no grid barrier
+      inside; 1 is no unrolling.
     - `refactor`: recursive refactoring (Cortex Fig. 4): each product of a weight with a
       child's state moves from the parent's iteration to the end of the child's own, where it
       multiplies the state just computed; the parent reads the result elementwise, which

@@ -88,6 +88,29 @@ def test_dag_rnn_equals_reference_on_random_dags(forest, seed):
     check(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64", seed=seed))
 
 
+UNROLLED_TREE_MODELS = {**TREE_MODELS, **CHILD_SUM_MODELS}
+
+
+@settings(max_examples=8)
+@given(name=st.sampled_from(sorted(UNROLLED_TREE_MODELS)), unroll=st.integers(2, 3),
+       fusion=st.booleans(), specialize=st.booleans(), data=st.data(), seed=seeds)
+def test_unrolled_tree_models_equal_reference(name, unroll, fusion, specialize, data, seed):
+    model, make_params = UNROLLED_TREE_MODELS[name]
+    forest = data.draw(binary_forests(VOCAB, max_trees=3, max_leaves=6) if name in TREE_MODELS
+                       else nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4))
+    schedule = rj.Schedule(unroll=unroll, fusion=fusion, specialize=specialize)
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed), schedule)
+
+
+@small
+@given(name=st.sampled_from(sorted(SEQUENCE_MODELS)), fusion=st.booleans(),
+       forest=word_sequences(VOCAB, max_length=8, max_sequences=3), seed=seeds)
+def test_unrolled_sequence_models_equal_reference(name, fusion, forest, seed):
+    model, make_params = SEQUENCE_MODELS[name]
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed),
+          rj.Schedule(unroll=3, fusion=fusion))
+
+
 def launch_grids(monkeypatch, run):
     """The grid of every kernel launch `run()` makes: each launch configures a dispatcher."""
     from recjit.codegen_cuda.runtime import matmul_kernel
@@ -132,6 +155,16 @@ def test_unfused_launches_of_several_blocks_equal_reference(monkeypatch):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), ((8, 9), 10)])
     p = tree_lstm_params(16, VOCAB, "float64", 11)
     grids = launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p, UNFUSED))
+    assert max(grids) > 1
+
+
+def test_unrolled_items_on_several_blocks_each_use_scratch_of_their_own(monkeypatch):
+    """Unfused, the items of a batch spread over blocks even simulated; a block sharing
+    another's scratch would mix their nodes."""
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), ((5, 6), 7), ((8, 9), (10, 11)), (1, 3)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    schedule = rj.Schedule(unroll=2, fusion=False)
+    grids = launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p, schedule))
     assert max(grids) > 1
 
 

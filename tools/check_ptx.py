@@ -67,8 +67,9 @@ def record(path):
         schedules = [rj.Schedule(fusion=fusion, refactor=refactor)
                      for fusion in (True, False) for refactor in (True, False)]
         schedules += [rj.Schedule(specialize=False), rj.Schedule(dynamic_batching=False)]
+        unrolled = [rj.Schedule(unroll=2), rj.Schedule(unroll=3, fusion=False)]
         for model, forest, p in runs:
-            for schedule in schedules:
+            for schedule in schedules + (unrolled if model.kind != "dag" else []):
                 model.run(forest, p, backend="cuda", schedule=schedule)
     with open(path, "w") as handle:
         json.dump([list(key) for key in kernels], handle)

@@ -9,9 +9,12 @@ from ..lowering.arguments import forest_arguments
 from ..lowering.ilir import BinOp, Const, Let, Load, Var
 from ..result import Result
 from . import device, runtime
-from .emit import batch_weights, emit_fused, emit_unfused, scratch_arrays
+from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
+                   scratch_arrays)
 
 _running = threading.Lock()
+# Blocks per multiprocessor that run an unfused launch of one-worker items.
+UNFUSED_ITEM_BLOCKS = 4
 
 
 class CudaKernel:
@@ -34,6 +37,8 @@ class CudaKernel:
     def configure(self, blocks):
         """Generate and load the source for a fused grid of `blocks` blocks (or unfused)."""
         self.blocks = blocks
+        # The blocks that run the items of a one-worker loop, each in scratch of its own.
+        self.item_blocks = blocks if self.fusion else UNFUSED_ITEM_BLOCKS * device.multiprocessors()
         cell = self.kernel.name[:-len("_kernel")]
         launches = (f"fused: one cooperative launch of {_count(blocks, 'block')} × "
                     f"{_count(self.threads, 'thread')}" if self.fusion
@@ -70,6 +75,8 @@ class CudaKernel:
             return "unfused: one launch per parallel step and per matrix product"
         text = (f"fused: one cooperative launch, {_count(self.blocks, 'block')} × "
                 f"{_count(self.threads, 'thread')}")
+        if has_items_per_block(self.kernel.body):
+            text += "; an unrolled item per block, its products by the block alone"
         if self.persistent:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in self.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"
@@ -95,7 +102,7 @@ class CudaKernel:
         arrays = {**on_device, **parameters, **states}
         arguments = [scalars[name] for name in self.kernel.scalars]
         arguments += [arrays[name] for name in self.kernel.arrays]
-        arguments += [scratch[name] for name, _ in self.scratch]
+        arguments += [scratch[array.name] for array in self.scratch]
         with _running:
             if self.fusion:
                 self.launch_fused(arguments)
@@ -128,10 +135,12 @@ class CudaKernel:
             self.checked_occupancy = True
         self.function[self.blocks, self.threads](*arguments)
 
-    def launch(self, kernel, items, arguments):
-        """One launch of the unfused schedule over `items` work items (grid-stride)."""
+    def launch(self, kernel, items, arguments, one_block_per_item=False):
+        """One launch of the unfused schedule over `items` work items (grid-stride), or over
+        `items` items of a block each (block-stride)."""
         if items > 0:
-            blocks = min(-(-items // self.threads), 32 * device.multiprocessors())
+            blocks = (min(items, self.item_blocks) if one_block_per_item
+                      else min(-(-items // self.threads), 32 * device.multiprocessors()))
             kernel[blocks, self.threads](*arguments)
 
     def scratch_for(self, scalars, dtype):
@@ -140,11 +149,13 @@ class CudaKernel:
         for statement in self.kernel.body:
             if isinstance(statement, Let) and not isinstance(statement.value, Load):
                 environment[statement.name] = _evaluate(statement.value, environment)
-        shapes = tuple(tuple(max(int(_evaluate(extent, environment)), 1) for extent in shape)
-                       for _, shape in self.scratch)
+        shapes = tuple((self.item_blocks,) * array.per_block
+                       + tuple(max(int(_evaluate(extent, environment)), 1)
+                               for extent in array.shape)
+                       for array in self.scratch)
         if shapes not in self._scratch_cache:
-            self._scratch_cache = {shapes: {name: device.device_array(shape, dtype) for
-                                            (name, _), shape in zip(self.scratch, shapes)}}
+            self._scratch_cache = {shapes: {array.name: device.device_array(shape, dtype) for
+                                            array, shape in zip(self.scratch, shapes)}}
         return self._scratch_cache[shapes]
 
 

@@ -7,11 +7,17 @@ element index; a `MatMul` a call of `matmul_rows`, each block computing the weig
 owns; an ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per
 launch into shared memory, each block its own rows, when they fit.
 
+An item of a one-worker loop (`Loop.one_worker`, the unrolled recursion) is a block's: the
+block's threads share each step of the item (an element loop, a product) and synchronize after
+it; its scratch is the block's own slice of an array with a leading block dimension.
+
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, If, Let, Load, Loop, MatMul,
-                             Store, Var)
+from dataclasses import dataclass
+
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
+                             MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
 
 MATH = '''
@@ -54,7 +60,9 @@ class Emitter:
 
     def statement(self, statement, depth, extent):
         pad = "    " * depth
-        if isinstance(statement, Loop) and statement.parallel:
+        if isinstance(statement, Loop) and statement.one_worker:
+            self.block_per_item(statement, depth)
+        elif isinstance(statement, Loop) and statement.parallel:
             self.parallel_loop(statement, depth)
         elif isinstance(statement, Loop) and statement.element:
             self.element_guard(statement, depth, extent)
@@ -94,6 +102,45 @@ class Emitter:
                            f"{pad}    {element} = item % {extent}"]
         self.statements(loop.body, depth + 1, extent)
 
+    def block_per_item(self, loop, depth):
+        """A block-stride loop over the items, each run by the whole block."""
+        self.lines.append(f"{'    ' * depth}for {loop.var} in range(cuda.blockIdx.x, "
+                          f"{expression(loop.stop)}, cuda.gridDim.x):")
+        self.steps(loop.body, depth + 1)
+
+    def steps(self, body, depth):
+        """Statements of a block's item: the threads split each element loop and product, and
+        the block synchronizes after every step that wrote for the next one to read."""
+        pad = "    " * depth
+        for statement in body:
+            if isinstance(statement, Alloc):
+                self.lines.append(f"{pad}{statement.name} = "
+                                  f"{statement.name}_blocks[cuda.blockIdx.x]")
+            elif isinstance(statement, Loop) and statement.element:
+                start = ("cuda.threadIdx.x" if statement.start == Const(0) else
+                         f"{expression(statement.start)} + cuda.threadIdx.x")
+                self.lines.append(f"{pad}for {statement.var} in range({start}, "
+                                  f"{expression(statement.stop)}, cuda.blockDim.x):")
+                self.statements(statement.body, depth + 1)
+                self.synchronize(depth)
+            elif isinstance(statement, Loop):
+                self.lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
+                self.steps(statement.body, depth + 1)
+                if has_steps(statement.body):
+                    self.synchronize(depth)
+            elif isinstance(statement, MatMul):
+                weight, x, y = expression.matmul_operands(statement)
+                self.lines.append(f"{pad}block_matmul({weight}, {x}, {y}, "
+                                  f"{expression.bound(statement.rows)})")
+                self.synchronize(depth)
+            else:
+                self.statement(statement, depth, None)
+
+    def synchronize(self, depth):
+        """`cuda.syncthreads()`, unless the step's own last line already is one."""
+        if not self.lines[-1].lstrip().startswith("cuda.syncthreads()"):
+            self.lines.append(f"{'    ' * depth}cuda.syncthreads()")
+
     def element_guard(self, loop, depth, extent):
         """The body of an element loop, for the element this thread holds."""
         low, high, variable = int(loop.start.value), int(loop.stop.value), loop.var
@@ -104,6 +151,22 @@ class Emitter:
             self.lines.append(f"{'    ' * depth}if {condition}:")
             depth += 1
         self.statements(loop.body, depth, extent)
+
+
+def has_steps(body):
+    """Whether a block's statements include work split over its threads."""
+    return any(isinstance(statement, MatMul)
+               or isinstance(statement, Loop) and (statement.element or has_steps(statement.body))
+               for statement in body)
+
+
+def has_items_per_block(body):
+    """Whether any loop of the body is a one-worker loop (its items run one per block)."""
+    return any(isinstance(statement, Loop) and (statement.one_worker
+                                                or has_items_per_block(statement.body))
+               or isinstance(statement, If) and has_items_per_block(statement.body
+                                                                    + statement.orelse)
+               for statement in body)
 
 
 def matmul_call(product, persistent):
@@ -118,18 +181,34 @@ def matmul_call(product, persistent):
     return f"matmul_rows({operand}, 0, {weight}.shape[0], {x}, {y}, {rows})"
 
 
+@dataclass(frozen=True)
+class Scratch:
+    """A scratch array of the kernel. `per_block`: allocated inside a one-worker item, so
+    each block has its own; the argument `<name>_blocks` has a leading block dimension."""
+
+    name: str
+    shape: tuple
+    per_block: bool = False
+
+    @property
+    def argument(self):
+        return f"{self.name}_blocks" if self.per_block else self.name
+
+
 def scratch_arrays(kernel):
-    """The scratch arrays the kernel's body allocates: (name, shape) in order."""
+    """The scratch arrays the kernel's body allocates, in order."""
     found = []
 
-    def visit(body):
+    def visit(body, per_block):
         for statement in body:
             if isinstance(statement, Alloc):
-                found.append((statement.name, statement.shape))
+                found.append(Scratch(statement.name, statement.shape, per_block))
             elif isinstance(statement, Loop):
-                visit(statement.body)
+                visit(statement.body, per_block or statement.one_worker)
+            elif isinstance(statement, If):
+                visit(statement.body + statement.orelse, per_block)
 
-    visit(kernel.body)
+    visit(kernel.body, False)
     return found
 
 
@@ -164,9 +243,11 @@ def _jit(fast_math):
 def emit_fused(kernel, fast_math, header, persistent):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
     shape of a block's slice of it."""
-    arguments = kernel.scalars + kernel.arrays + tuple(name for name, _ in
+    arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
     runtime_names = ["first_row", "load_rows", "matmul_rows"] if persistent else ["matmul_rows"]
+    if has_items_per_block(kernel.body):
+        runtime_names.insert(0, "block_matmul")
     lines = _module_header(kernel, header, runtime_names) + [
         _jit(fast_math), f"def {kernel.name}({', '.join(arguments)}):",
         "    grid = cuda.cg.this_grid()",
@@ -222,6 +303,15 @@ def free_names(statement):
                 for index in item.index:
                     read(index)
                 read(item.value)
+            elif isinstance(item, Alloc):  # inside a one-worker item: the block's slice
+                note(f"{item.name}_blocks")
+                bound.add(item.name)
+            elif isinstance(item, MatMul):
+                for name in (item.weight, item.x, item.y):
+                    note(name)
+                for bound_expression in (item.rows, item.x_row, item.y_row):
+                    if bound_expression is not None:
+                        read(bound_expression)
 
     visit([statement])
     if isinstance(statement, Loop) and statement.parallel:
@@ -232,8 +322,9 @@ def free_names(statement):
 
 def emit_unfused(kernel, fast_math, header):
     """(source, host arrays): a kernel per parallel statement and the host function that
-    launches them, `launch(kernel, items, arguments)` running one over `items` work items; it
-    takes host copies of the structure arrays it reads (`host_batch_begin`) last."""
+    launches them, `launch(kernel, items, arguments)` running one over `items` work items (or
+    over `items` blocks, `one_block_per_item=True`); it takes host copies of the structure
+    arrays it reads (`host_batch_begin`) last."""
     host_arrays = []
     kernels, host_lines = [], []
 
@@ -247,7 +338,16 @@ def emit_unfused(kernel, fast_math, header):
     def visit(body, depth):
         pad = "    " * depth
         for statement in body:
-            if isinstance(statement, Loop) and statement.parallel:
+            if isinstance(statement, Loop) and statement.one_worker:
+                name = f"{kernel.name}_{len(kernels)}"
+                arguments = free_names(statement)
+                emitter = Emitter()
+                emitter.block_per_item(statement, 1)
+                kernels.append([_jit(fast_math), f"def {name}({', '.join(arguments)}):"]
+                               + emitter.lines)
+                host_lines.append(f"{pad}launch({name}, {host(statement.stop)}, "
+                                  f"[{', '.join(arguments)}], one_block_per_item=True)")
+            elif isinstance(statement, Loop) and statement.parallel:
                 name = f"{kernel.name}_{len(kernels)}"
                 arguments = free_names(statement)
                 emitter = Emitter()
@@ -284,9 +384,12 @@ def emit_unfused(kernel, fast_math, header):
 
     visit(kernel.body, 1)
     arguments = (("launch",) + kernel.scalars + kernel.arrays
-                 + tuple(name for name, _ in scratch_arrays(kernel))
+                 + tuple(scratch.argument for scratch in scratch_arrays(kernel))
                  + tuple(f"host_{name}" for name in host_arrays))
-    lines = _module_header(kernel, header, ["matmul_kernel"])
+    runtime_names = ["matmul_kernel"]
+    if has_items_per_block(kernel.body):
+        runtime_names.insert(0, "block_matmul")
+    lines = _module_header(kernel, header, runtime_names)
     for kernel_lines in kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines

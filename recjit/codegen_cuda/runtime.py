@@ -34,12 +34,9 @@ def load_rows(weight, weight_slice):
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
-    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
-    weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
-    itself, or this block's slice of it)."""
-    begin = first_row(num_rows)
-    owned = min(rows_per_block(num_rows), num_rows - begin)
+def multiply_rows(weight, weight_first_row, begin, owned, x, y, rows):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and begin <= r < begin + owned, by the
+    threads of this block; `weight` holds W's rows from `weight_first_row` on."""
     columns = x.shape[1]
     for item in range(cuda.threadIdx.x, rows * owned, cuda.blockDim.x):
         s = item // owned
@@ -49,6 +46,23 @@ def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
         for k in range(1, columns):
             total += x[s, k] * weight[local, k]
         y[s, r] = total
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
+    weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
+    itself, or this block's slice of it)."""
+    begin = first_row(num_rows)
+    owned = min(rows_per_block(num_rows), num_rows - begin)
+    multiply_rows(weight, weight_first_row, begin, owned, x, y, rows)
+
+
+@cuda.jit(device=True, inline=True)
+def block_matmul(weight, x, y, rows):
+    """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and every row r, by this block alone
+    (a product of one item of an unrolled batch); the caller synchronizes the block."""
+    multiply_rows(weight, 0, 0, weight.shape[0], x, y, rows)
 
 
 @cuda.jit

@@ -11,9 +11,6 @@ def choose_schedule(cell, schedule, backend, kind, arity):
     if schedule.unroll > 1 and kind == "dag":
         raise ScheduleError(f"Schedule.unroll={schedule.unroll} applies to trees and sequences: "
                             "a DAG node reached from two parents would be computed twice")
-    if schedule.unroll > 1 and backend != "cpu":
-        raise ScheduleError(f"Schedule.unroll={schedule.unroll} is implemented by the CPU "
-                            f"backend only, not by backend={backend!r}; use unroll=1")
     if schedule.refactor is None:
         schedule = schedule.but(refactor=_refactoring_pays(cell, schedule, backend, arity))
     return schedule

@@ -60,7 +60,12 @@ class Loop:
     loop; its iterations are independent. The CPU runs it in order (LLVM vectorizes it), the
     GPU gives each element its own thread. `columns` > 0: the elements are those of a matrix
     with that many columns (flat index = row · columns + column) whose packed copy is
-    transposed, and the CPU walks it column by column, so that both sides stay in cache."""
+    transposed, and the CPU walks it column by column, so that both sides stay in cache.
+
+    `one_worker=True` (a parallel loop): each item is a sequence of steps run by one worker, in
+    order (an unrolled recursion's item, node after node). The CPU gives an item to a thread;
+    the GPU to a block, whose threads share each step's element loops and products and
+    synchronize between steps."""
 
     var: str
     start: object
@@ -70,6 +75,7 @@ class Loop:
     step: int = 1
     element: bool = False
     columns: int = 0
+    one_worker: bool = False
 
 
 @dataclass(frozen=True)

@@ -573,7 +573,7 @@ def unrolled_batch(cell, internal, available, projections, row_block):
         [Let("first_node", Load("item_begin", (item,))),
          Let("last_node", add(Load("item_begin", (add(item, 1),)), -1))] + allocations
         + [Loop("node", Var("last_node"), add(Var("first_node"), -1),
-                tuple(_one_worker(statements)), step=-1)]), parallel=True)
+                tuple(_one_worker(statements)), step=-1)]), parallel=True, one_worker=True)
     return [], [Let("first_item", Load("batch_item", (Var("b"),))), item_loop]
 
 

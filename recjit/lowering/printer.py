@@ -32,7 +32,7 @@ def _statements(body, depth, lines):
             kind = "parallel for" if statement.parallel else "for"
             step = "" if statement.step == 1 else f" step {statement.step}"
             order = (f" (column by column, {statement.columns} columns)" if statement.columns
-                     else "")
+                     else " (one worker per item)" if statement.one_worker else "")
             lines.append(f"{pad}{kind} {statement.var} in [{expression(statement.start)}, "
                          f"{expression(statement.stop)}){step}{order}:")
             _statements(statement.body, depth + 1, lines)

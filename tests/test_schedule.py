@@ -87,6 +87,27 @@ def test_cuda_schedules_equal_reference(schedule):
     check(tree_gru, forest, tree_gru_params(HIDDEN, VOCAB, "float64", 3), schedule, "cuda")
 
 
+def cuda_schedules():
+    """Any combination of every field a CUDA kernel takes."""
+    return st.builds(rj.Schedule, dynamic_batching=st.booleans(), specialize=st.booleans(),
+                     hoist=st.booleans(), fusion=st.booleans(), persistence=st.booleans(),
+                     unroll=st.integers(1, 3), refactor=st.sampled_from([None, True, False]))
+
+
+# The simulator runs each GPU thread as a Python thread: few examples, small forests.
+@settings(max_examples=8)
+@given(name=st.sampled_from(sorted({**BINARY, **CHILD_SUM, **SEQUENCES})),
+       schedule=cuda_schedules(), data=st.data(), seed=seeds)
+def test_every_cuda_schedule_of_a_tree_or_sequence_model_equals_reference(name, schedule,
+                                                                          data, seed):
+    model, make_params = {**BINARY, **CHILD_SUM, **SEQUENCES}[name]
+    forest = data.draw(binary_forests(VOCAB, max_trees=2, max_leaves=5) if name in BINARY
+                       else nary_forests(VOCAB, max_trees=2, max_leaves=5, max_children=3)
+                       if name in CHILD_SUM else word_sequences(VOCAB, max_length=6,
+                                                                max_sequences=2))
+    check(model, forest, make_params(HIDDEN, VOCAB, "float64", seed), schedule, "cuda")
+
+
 # linearizations -----------------------------------------------------------------------
 def parent_of(linearized):
     parent = np.full(linearized.num_nodes, -1)

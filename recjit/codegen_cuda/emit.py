@@ -133,6 +133,12 @@ class Emitter:
                 self.lines.append(f"{pad}block_matmul({weight}, {x}, {y}, "
                                   f"{expression.bound(statement.rows)})")
                 self.synchronize(depth)
+            elif isinstance(statement, If):  # on a value the same for the whole block
+                self.lines.append(f"{pad}if {expression.bound(statement.condition)}:")
+                self.steps(statement.body, depth + 1)
+                if statement.orelse:
+                    self.lines.append(f"{pad}else:")
+                    self.steps(statement.orelse, depth + 1)
             else:
                 self.statement(statement, depth, None)
 

@@ -71,11 +71,8 @@ def _statements(body, depth, lines):
             shape = ", ".join(_bound(e) for e in statement.shape)
             lines.append(f"{pad}{statement.name} = np.empty(({shape}), dtype=real)")
         elif isinstance(statement, If):
-            lines.append(f"{pad}if {_bound(statement.condition)}:")
-            _statements(statement.body, depth + 1, lines)
-            if statement.orelse:
-                lines.append(f"{pad}else:")
-                _statements(statement.orelse, depth + 1, lines)
+            expression.branch(statement, pad, lines,
+                              lambda body: _statements(body, depth + 1, lines))
         elif isinstance(statement, MatMul) and not statement.parallel:
             weight, x, y = expression.matmul_operands(statement)
             lines.append(f"{pad}matmul_rows({weight}, {x}, {y}, {_bound(statement.rows)}, 0, "
@@ -83,11 +80,11 @@ def _statements(body, depth, lines):
         elif isinstance(statement, MatMul):
             rows, block = _bound(statement.rows), statement.row_block
             weight, x, y = expression.matmul_operands(statement)
-            lines += [
+            lines.extend([
                 (f"{pad}for block in prange(({statement.weight}.shape[0] + {block - 1}) "
                  f"// {block}):"),
                 (f"{pad}    matmul_rows({weight}, {x}, {y}, {rows}, block * {block}, "
-                 f"min({statement.weight}.shape[0], (block + 1) * {block}))")]
+                 f"min({statement.weight}.shape[0], (block + 1) * {block}))")])
         elif isinstance(statement, Barrier):
             lines.append(f"{pad}# barrier: {statement.reason}")
         elif isinstance(statement, Comment):

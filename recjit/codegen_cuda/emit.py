@@ -75,11 +75,8 @@ class Emitter:
             self.lines.append(f"{pad}{statement.array}[{expression.index(statement.index)}] = "
                               f"{expression.bound(statement.value)}")
         elif isinstance(statement, If):
-            self.lines.append(f"{pad}if {expression.bound(statement.condition)}:")
-            self.statements(statement.body, depth + 1, extent)
-            if statement.orelse:
-                self.lines.append(f"{pad}else:")
-                self.statements(statement.orelse, depth + 1, extent)
+            expression.branch(statement, pad, self.lines,
+                              lambda body: self.statements(body, depth + 1, extent))
         elif isinstance(statement, MatMul):
             self.lines.append(f"{pad}{matmul_call(statement, self.persistent)}")
         elif isinstance(statement, Barrier):
@@ -134,11 +131,8 @@ class Emitter:
                                   f"{expression.bound(statement.rows)})")
                 self.synchronize(depth)
             elif isinstance(statement, If):  # on a value the same for the whole block
-                self.lines.append(f"{pad}if {expression.bound(statement.condition)}:")
-                self.steps(statement.body, depth + 1)
-                if statement.orelse:
-                    self.lines.append(f"{pad}else:")
-                    self.steps(statement.orelse, depth + 1)
+                expression.branch(statement, pad, self.lines,
+                                  lambda body: self.steps(body, depth + 1))
             else:
                 self.statement(statement, depth, None)
 
@@ -237,6 +231,9 @@ def batch_weights(kernel):
 
 
 def _module_header(kernel, header, runtime_names):
+    """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
+    if has_items_per_block(kernel.body):
+        runtime_names = ["block_matmul", *runtime_names]
     return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",
             "", f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}", "",
             f"real = np.{kernel.dtype}", MATH, ""]
@@ -252,8 +249,6 @@ def emit_fused(kernel, fast_math, header, persistent):
     arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
     runtime_names = ["first_row", "load_rows", "matmul_rows"] if persistent else ["matmul_rows"]
-    if has_items_per_block(kernel.body):
-        runtime_names.insert(0, "block_matmul")
     lines = _module_header(kernel, header, runtime_names) + [
         _jit(fast_math), f"def {kernel.name}({', '.join(arguments)}):",
         "    grid = cuda.cg.this_grid()",
@@ -344,26 +339,23 @@ def emit_unfused(kernel, fast_math, header):
     def visit(body, depth):
         pad = "    " * depth
         for statement in body:
-            if isinstance(statement, Loop) and statement.one_worker:
+            if isinstance(statement, Loop) and statement.parallel:
                 name = f"{kernel.name}_{len(kernels)}"
                 arguments = free_names(statement)
+                signature = [_jit(fast_math), f"def {name}({', '.join(arguments)}):"]
                 emitter = Emitter()
-                emitter.block_per_item(statement, 1)
-                kernels.append([_jit(fast_math), f"def {name}({', '.join(arguments)}):"]
-                               + emitter.lines)
-                host_lines.append(f"{pad}launch({name}, {host(statement.stop)}, "
-                                  f"[{', '.join(arguments)}], one_block_per_item=True)")
-            elif isinstance(statement, Loop) and statement.parallel:
-                name = f"{kernel.name}_{len(kernels)}"
-                arguments = free_names(statement)
-                emitter = Emitter()
-                emitter.parallel_loop(statement, 1)
-                kernels.append([_jit(fast_math), f"def {name}({', '.join(arguments)}):",
-                                "    thread = cuda.grid(1)",
-                                "    threads = cuda.gridsize(1)"] + emitter.lines)
-                extent = element_extent(statement.body)[0]
-                items = host(statement.stop) + (f" * {extent}" if extent > 1 else "")
-                host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}])")
+                if statement.one_worker:
+                    emitter.block_per_item(statement, 1)
+                    items, per_block = host(statement.stop), ", one_block_per_item=True"
+                else:
+                    signature += ["    thread = cuda.grid(1)", "    threads = cuda.gridsize(1)"]
+                    emitter.parallel_loop(statement, 1)
+                    extent = element_extent(statement.body)[0]
+                    items = host(statement.stop) + (f" * {extent}" if extent > 1 else "")
+                    per_block = ""
+                kernels.append(signature + emitter.lines)
+                host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}]"
+                                  f"{per_block})")
             elif isinstance(statement, MatMul):
                 rows = host.bound(statement.rows)
                 operands = ", ".join(host.matmul_operands(statement))
@@ -371,11 +363,7 @@ def emit_unfused(kernel, fast_math, header):
                     f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
                     f"[{operands}, {rows}])")
             elif isinstance(statement, If):
-                host_lines.append(f"{pad}if {host.bound(statement.condition)}:")
-                visit(statement.body, depth + 1)
-                if statement.orelse:
-                    host_lines.append(f"{pad}else:")
-                    visit(statement.orelse, depth + 1)
+                host.branch(statement, pad, host_lines, lambda body: visit(body, depth + 1))
             elif isinstance(statement, Loop):
                 host_lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
                 visit(statement.body, depth + 1)
@@ -392,10 +380,7 @@ def emit_unfused(kernel, fast_math, header):
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(scratch.argument for scratch in scratch_arrays(kernel))
                  + tuple(f"host_{name}" for name in host_arrays))
-    runtime_names = ["matmul_kernel"]
-    if has_items_per_block(kernel.body):
-        runtime_names.insert(0, "block_matmul")
-    lines = _module_header(kernel, header, runtime_names)
+    lines = _module_header(kernel, header, ["matmul_kernel"])
     for kernel_lines in kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines

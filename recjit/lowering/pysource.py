@@ -52,3 +52,11 @@ class PythonExpressions:
 
     def rows_from(self, array, first):
         return array if first is None else f"{array}[{self.bound(first)}:]"
+
+    def branch(self, statement, pad, lines, emit_body):
+        """An ILIR `If` as `if ...:` / `else:` lines; `emit_body(body)` writes each side."""
+        lines.append(f"{pad}if {self.bound(statement.condition)}:")
+        emit_body(statement.body)
+        if statement.orelse:
+            lines.append(f"{pad}else:")
+            emit_body(statement.orelse)

@@ -182,7 +182,7 @@ def targets(results):
         row = rows.get(key)
         if row and peer in row["speedup"]:
             value = row["speedup"][peer]
-            judged.append((text, f"{value:.1f}x", value >= wanted))
+            judged.append((text, f"{value:.2f}x", value >= wanted))
 
     ratio(("tree_lstm", 256, 10), "dynet autobatch", 6, "TreeLSTM h256 b10: ≥ 6x DyNet")
     ratio(("tree_lstm", 256, 10), "pytorch level-batched", 3,
@@ -220,7 +220,7 @@ def gpu_targets(rows):
         torch_ms = row["ms"].get("pytorch level-batched cuda")
         if torch_ms is not None:
             judged.append((f"{name} CUDA: ≥ 10x PyTorch level-batched on the GPU",
-                           f"{torch_ms / recjit_ms:.1f}x", torch_ms / recjit_ms >= 10))
+                           f"{torch_ms / recjit_ms:.2f}x", torch_ms / recjit_ms >= 10))
     return judged
 
 

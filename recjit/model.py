@@ -132,14 +132,7 @@ class RecursiveModel:
         batches `schedule` runs."""
         if not isinstance(forest, Forest):
             raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
-        if forest.num_nodes and self.arity is not None:
-            children = forest.num_children
-            wrong = np.flatnonzero((children != 0) & (children != self.arity))
-            if wrong.size:
-                node = int(wrong[0])
-                raise InputError(f"node {node} has {int(children[node])} children; the model "
-                                 f"declares arity={self.arity} (0 or {self.arity} children)")
-        linearized = linearize(forest, single_parent=self.kind != "dag")
+        linearized = linearize(forest, single_parent=self.kind != "dag", arity=self.arity)
         if schedule is None or linearized.num_nodes == 0:
             return linearized
         if schedule.unroll > 1:

@@ -25,3 +25,21 @@ def test_matmul_rows_equals_numpy_for_every_block_remainder(nodes, weight_rows, 
     untouched = np.ones_like(y, dtype=bool)
     untouched[:nodes, row_begin:row_end] = False
     assert np.isnan(y[untouched]).all()
+
+
+@given(st.integers(1, 14), st.integers(1, 20), st.data())
+def test_matmul_rows_reads_column_slices_and_strided_columns(nodes, inner, data):
+    """Generated code passes column slices of a weight (`p_W[:, 0:3]`); any other stride takes
+    the scalar path and still gives the product."""
+    rng = np.random.default_rng(nodes * 100 + inner)
+    step = data.draw(st.sampled_from([1, 2]))
+    first = data.draw(st.integers(0, 3))
+    weight_rows = 7
+    full_weight = rng.normal(size=(weight_rows, first + inner * step + 2)).astype(np.float32)
+    full_x = rng.normal(size=(nodes, first + inner * step + 1)).astype(np.float32)
+    weight = full_weight[:, first:first + inner * step:step]
+    x = full_x[:, first:first + inner * step:step]
+    y = np.full((nodes, weight_rows), np.nan, dtype=np.float32)
+    matmul_rows(weight, x, y, nodes, 0, weight_rows)
+    expected = x.astype(np.float64) @ weight.T.astype(np.float64)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.sqrt(inner))

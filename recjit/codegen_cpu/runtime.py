@@ -36,11 +36,10 @@ def dot_block(nodes, rows):
     @intrinsic
     def block(typingctx, weight, x, y, s, r, columns):
         arrays = (weight, x, y)
-        if not all(isinstance(a, types.Array) and a.ndim == 2 and a.layout == "C"
-                   and a.dtype == y.dtype for a in arrays) or \
-                y.dtype not in (types.float32, types.float64):
-            raise TypingError(f"dot_block needs three 2-d C-contiguous float32 or float64 arrays "
-                              f"of one dtype, not {arrays}")
+        if not all(isinstance(a, types.Array) and a.ndim == 2 and a.dtype == y.dtype
+                   for a in arrays) or y.dtype not in (types.float32, types.float64):
+            raise TypingError(f"dot_block needs three 2-d float32 or float64 arrays of one "
+                              f"dtype, not {arrays}")
 
         def codegen(context, builder, signature, args):
             weight_array, x_array, y_array = (
@@ -72,43 +71,45 @@ class _Block:
 
     def emit(self, weight_array, x_array, y_array, s, r, columns):
         builder, intp = self.builder, self.intp
-        weight_rows = [self.row(weight_array, builder.add(r, intp(j))) for j in range(self.rows)]
-        x_rows = [self.row(x_array, builder.add(s, intp(i))) for i in range(self.nodes)]
-        y_rows = [self.row(y_array, builder.add(s, intp(i))) for i in range(self.nodes)]
+        weight, x, y = (_Strided(builder, intp, a) for a in (weight_array, x_array, y_array))
+        weight_rows = [weight.row(builder.add(r, intp(j))) for j in range(self.rows)]
+        x_rows = [x.row(builder.add(s, intp(i))) for i in range(self.nodes)]
+        y_rows = [y.row(builder.add(s, intp(i))) for i in range(self.nodes)]
         pairs = [(i, j) for i in range(self.nodes) for j in range(self.rows)]
 
+        # Vector loads need each row's elements adjacent, as in every array generated code
+        # passes (C-contiguous, or a slice of one with step 1); any other stride takes the
+        # scalar loop for every column.
+        adjacent = builder.and_(
+            builder.icmp_signed("==", weight.column_stride, intp(self.element_bytes)),
+            builder.icmp_signed("==", x.column_stride, intp(self.element_bytes)))
+        vector_end = builder.select(
+            adjacent, builder.sub(columns, builder.srem(columns, intp(self.lanes))), intp(0))
         zero = ir.Constant(self.vector, [ir.Constant(self.element, 0.0)] * self.lanes)
         accumulators = [cgutils.alloca_once_value(builder, zero) for _ in pairs]
-        vector_end = builder.sub(columns, builder.srem(columns, intp(self.lanes)))
         with cgutils.for_range_slice(builder, intp(0), vector_end, intp(self.lanes), intp) \
                 as (k, _):
-            weights = [self.load_vector(row, k) for row in weight_rows]
-            xs = [self.load_vector(row, k) for row in x_rows]
+            offset = builder.mul(k, intp(self.element_bytes))
+            weights = [self.load(builder.add(row, offset), self.vector) for row in weight_rows]
+            xs = [self.load(builder.add(row, offset), self.vector) for row in x_rows]
             for accumulator, (i, j) in zip(accumulators, pairs):
                 self.multiply_add(accumulator, weights[j], xs[i])
 
         sums = self.lane_sums([builder.load(a) for a in accumulators])
         totals = [cgutils.alloca_once_value(builder, total) for total in sums]
         with cgutils.for_range_slice(builder, vector_end, columns, intp(1), intp) as (k, _):
-            weights = [builder.load(builder.gep(row, [k])) for row in weight_rows]
-            xs = [builder.load(builder.gep(row, [k])) for row in x_rows]
+            weights = [self.load(weight.at(row, k), self.element) for row in weight_rows]
+            xs = [self.load(x.at(row, k), self.element) for row in x_rows]
             for total, (i, j) in zip(totals, pairs):
                 self.multiply_add(total, weights[j], xs[i])
 
         for total, (i, j) in zip(totals, pairs):
+            address = y.at(y_rows[i], builder.add(r, intp(j)))
             builder.store(builder.load(total),
-                          builder.gep(y_rows[i], [builder.add(r, intp(j))]))
+                          builder.inttoptr(address, self.element.as_pointer()))
 
-    def row(self, array, index):
-        """A pointer to array[index, 0] (the arrays are C-contiguous)."""
-        builder = self.builder
-        row_stride = cgutils.unpack_tuple(builder, array.strides)[0]
-        address = builder.add(builder.ptrtoint(array.data, self.intp),
-                              builder.mul(index, row_stride))
-        return builder.inttoptr(address, self.element.as_pointer())
-
-    def load_vector(self, row, k):
-        pointer = self.builder.bitcast(self.builder.gep(row, [k]), self.vector.as_pointer())
+    def load(self, address, value_type):
+        pointer = self.builder.inttoptr(address, value_type.as_pointer())
         return self.builder.load(pointer, align=self.element_bytes)
 
     def multiply_add(self, accumulator, a, b):
@@ -170,9 +171,23 @@ class _Block:
                             builder.shuffle_vector(a, b, _mask(high)), flags=_FAST)
 
 
+class _Strided:
+    """Byte addresses into a 2-d array of any layout."""
+
+    def __init__(self, builder, intp, array):
+        self.builder, self.intp = builder, intp
+        self.data = builder.ptrtoint(array.data, intp)
+        self.row_stride, self.column_stride = cgutils.unpack_tuple(builder, array.strides)
+
+    def row(self, index):
+        return self.builder.add(self.data, self.builder.mul(index, self.row_stride))
+
+    def at(self, row, column):
+        return self.builder.add(row, self.builder.mul(column, self.column_stride))
+
+
 def _mask(lanes):
     return ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes)
-
 
 
 def _node_pass(nodes, rows):

@@ -19,11 +19,14 @@ TWO_PARENTS = 4
 ROOT_IS_CHILD = 5
 CYCLE = 6
 ORPHAN = 7
+WRONG_ARITY = 8
+ANY_ARITY = -1
 
 
 @numba.njit(cache=True)
-def _check_structure(child_ptr, child_idx, roots, single_parent):
-    """Returns (status, culprit node, parent count per node)."""
+def _check_structure(child_ptr, child_idx, roots, single_parent, arity):
+    """Returns (status, culprit node, parent count per node). `arity` >= 0: every node has
+    0 or `arity` children."""
     num_nodes = child_ptr.size - 1
     parent_count = np.zeros(num_nodes, dtype=np.int64)
     if child_ptr[0] != 0 or child_ptr[num_nodes] != child_idx.size:
@@ -31,6 +34,9 @@ def _check_structure(child_ptr, child_idx, roots, single_parent):
     for node in range(num_nodes):
         if child_ptr[node] > child_ptr[node + 1]:
             return BAD_CHILD_PTR, node, parent_count
+        num_children = child_ptr[node + 1] - child_ptr[node]
+        if arity != ANY_ARITY and num_children != 0 and num_children != arity:
+            return WRONG_ARITY, node, parent_count
         for position in range(child_ptr[node], child_ptr[node + 1]):
             child = child_idx[position]
             if child < 0 or child >= num_nodes:
@@ -145,6 +151,21 @@ def _renumber(child_ptr, child_idx, height):
             max_batch_edges)
 
 
+@numba.njit(cache=True)
+def _linearize(child_ptr, child_idx, roots, single_parent, arity):
+    """Validation, heights and renumbering in one compiled call: (status, culprit node, then
+    `_renumber`'s arrays and maxima, empty when the status is not OK)."""
+    empty = np.zeros(0, dtype=np.int64)
+    status, culprit, parent_count = _check_structure(child_ptr, child_idx, roots,
+                                                     single_parent, arity)
+    if status != OK:
+        return status, culprit, empty, empty, empty, empty, empty, 0, 0
+    height, on_cycle = _heights(child_ptr, child_idx, parent_count)
+    if on_cycle >= 0:
+        return CYCLE, on_cycle, empty, empty, empty, empty, empty, 0, 0
+    return (OK, 0) + _renumber(child_ptr, child_idx, height)
+
+
 @dataclass(frozen=True)
 class Linearized:
     """A forest in Cortex's numbering. Batch b holds the nodes of height num_batches-1-b, so
@@ -184,7 +205,10 @@ class Linearized:
                 f"{self.num_batches} batches (sizes {sizes.tolist()})")
 
 
-def _structure_error(status, culprit, forest):
+def _structure_error(status, culprit, forest, arity):
+    if status == WRONG_ARITY:
+        return InputError(f"node {culprit} has {int(forest.num_children[culprit])} children; "
+                          f"the model declares arity={arity} (0 or {arity} children)")
     messages = {
         BAD_CHILD_PTR: f"child_ptr is not a monotone offset array (at node {culprit}; it must "
                        f"start at 0 and end at len(child_idx) = {forest.child_idx.size})",
@@ -194,27 +218,25 @@ def _structure_error(status, culprit, forest):
                      f"(use kind='dag' for shared nodes)",
         ROOT_IS_CHILD: f"root node {culprit} is also a child of another node",
         ORPHAN: f"node {culprit} is neither a root nor anyone's child",
+        CYCLE: f"node {culprit} lies on a cycle or depends on one; a forest must be acyclic",
     }
     return InputError(messages[status])
 
 
-def linearize(forest, single_parent=True):
+def linearize(forest, single_parent=True, arity=None):
     """Validate the forest's structure and renumber it (DESIGN §3). `single_parent`: a tree,
-    where a node reached from two parents is an error; otherwise a DAG."""
+    where a node reached from two parents is an error; otherwise a DAG. `arity`: every node
+    has 0 or `arity` children (None: any number)."""
     empty = np.zeros(0, dtype=np.int64)
     if forest.num_nodes == 0:
         return Linearized(0, np.zeros(1, np.int64), np.zeros(1, np.int64), empty, empty, empty,
                           empty, {name: values for name, values in forest.fields.items()})
-    status, culprit, parent_count = _check_structure(
-        forest.child_ptr, forest.child_idx, forest.roots, single_parent)
+    (status, culprit, batch_begin, new_of_old, old_of_new, child_ptr, child_idx,
+     max_batch_size, max_batch_edges) = _linearize(
+        forest.child_ptr, forest.child_idx, forest.roots, single_parent,
+        ANY_ARITY if arity is None else arity)
     if status != OK:
-        raise _structure_error(status, culprit, forest)
-    height, on_cycle = _heights(forest.child_ptr, forest.child_idx, parent_count)
-    if on_cycle >= 0:
-        raise InputError(f"node {on_cycle} lies on a cycle or depends on one; "
-                         "a forest must be acyclic")
-    (batch_begin, new_of_old, old_of_new, child_ptr, child_idx, max_batch_size,
-     max_batch_edges) = _renumber(forest.child_ptr, forest.child_idx, height)
+        raise _structure_error(status, culprit, forest, arity)
     fields = {name: values[old_of_new] for name, values in forest.fields.items()}
     return Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
                       new_of_old[forest.roots], old_of_new, new_of_old, fields,

@@ -12,7 +12,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
-from .params import shape_and_dtype
+from .params import WithContext, shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -71,8 +71,8 @@ class RecursiveModel:
 
     def __call__(self, node, p, *context):
         """The plain recursion (reference semantics) on a node view."""
-        if isinstance(node, NodeView) and not context:
-            state = memoised_state(node.forest, node.index)
+        if isinstance(node, NodeView):
+            state = memoised_state(node.forest, node.index, context)
             if state is not None:
                 return state
         return self.function(node, p, *context)
@@ -102,9 +102,23 @@ class RecursiveModel:
                        for name in sorted(usage.fields) if name in forest.fields)
         return (backend, schedule, tuple(parameters), fields)
 
-    def compile(self, forest, p, backend="cpu", schedule=None):
+    def with_context(self, p, context):
+        """`p` with the cell's context arguments (its arguments after `p`) bound by name, as
+        every compiling method takes them: a kernel reads them as parameters."""
+        names = self.analyse().context
+        context = tuple(context)
+        if isinstance(p, WithContext) and not context:
+            return p  # bound already, by the method that called this one
+        if len(context) != len(names):
+            wanted = ", ".join(names) if names else "none"
+            raise InputError(f"{self.__name__} takes {len(names)} context argument(s) after "
+                             f"the parameters ({wanted}); context= gave {len(context)}")
+        return WithContext(p, dict(zip(names, context))) if names else p
+
+    def compile(self, forest, p, backend="cpu", schedule=None, context=()):
         """The compiled kernel for this forest's fields and these parameters' shapes; the same
         shapes hit the in-memory cache, and numba's disk cache across processes."""
+        p = self.with_context(p, context)
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         schedule = schedule or self.schedule
@@ -155,13 +169,15 @@ class RecursiveModel:
                                  f"outside the {rows} rows of parameter {table!r}")
 
     def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
-            device_output=False):
+            device_output=False, context=()):
         """Evaluate every node of the forest with the compiled kernel. `check_finite`: refuse
         NaN or infinite parameters and float fields first (an O(size) scan, off by default).
-        `device_output` (backend="cuda"): the result's arrays stay on the GPU."""
+        `device_output` (backend="cuda"): the result's arrays stay on the GPU. `context`: the
+        values of the cell's arguments after `p`, in order."""
         if device_output and backend != "cuda":
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
+        p = self.with_context(p, context)
         compiled = self.compile(forest, p, backend, schedule)
         linearized = self.linearize(forest, compiled.schedule)
         shapes = compiled.cell.state_shapes
@@ -173,12 +189,13 @@ class RecursiveModel:
         states = compiled.backend_kernel(linearized, p)
         return compiled.backend_kernel.result(states, shapes, linearized, device_output)
 
-    def reference(self, forest, p):
+    def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`."""
         linearized_check = self.linearize(forest)
         if linearized_check.num_nodes == 0:
-            return self._empty_result(self.compile(forest, p).cell)
-        states = run_reference(self, forest, p)
+            return self._empty_result(self.compile(forest, p, context=context).cell)
+        self.with_context(p, context)  # refuses a wrong count or name, as `run` does
+        states = run_reference(self, forest, p, tuple(context))
         first = next(iter(states.values()))
         is_tuple = isinstance(first, tuple)
         components = len(first) if is_tuple else 1
@@ -192,8 +209,9 @@ class RecursiveModel:
         return Result(nodes=nodes, roots=nodes)
 
     # reading what was generated ---------------------------------------------------------
-    def explain(self, forest, p, backend="cpu", schedule=None, file=None):
+    def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
+        p = self.with_context(p, context)
         compiled = self.compile(forest, p, backend, schedule)
         linearized = self.linearize(forest, compiled.schedule)
         sizes = np.diff(linearized.batch_begin)
@@ -212,11 +230,11 @@ class RecursiveModel:
         print(text, file=file)
         return text
 
-    def kernel_source(self, backend="cpu", forest=None, p=None):
+    def kernel_source(self, backend="cpu", forest=None, p=None, context=()):
         """The generated source of the kernel compiled last for `backend` (or for this forest
         and these parameters, when given)."""
         if forest is not None and p is not None:
-            return self.compile(forest, p, backend).backend_kernel.source
+            return self.compile(forest, p, backend, context=context).backend_kernel.source
         if backend not in BACKENDS:
             raise RecJitError(f"kernel_source(backend, forest, p): backend must be one of "
                               f"{BACKENDS}, not {backend!r}")

@@ -1,6 +1,8 @@
 """Parameters: any object whose attributes are arrays. `Params` is the convenient one."""
 import numpy as np
 
+from .errors import InputError
+
 
 class Params:
     """A named bundle of parameter arrays, passed unchanged to every recursive call."""
@@ -41,3 +43,22 @@ def shape_and_dtype(value):
         return tuple(value.shape), np.dtype(str(value.dtype).replace("torch.", ""))
     value = np.asarray(value)
     return value.shape, value.dtype
+
+
+class WithContext:
+    """The parameters and a cell's context arguments under one set of names: the compiler
+    reads a context argument as a parameter that every recursive call passes on unchanged."""
+
+    def __init__(self, params, context):
+        for name in context:
+            if getattr(params, name, None) is not None:
+                raise InputError(f"context argument {name!r} has the name of a parameter; "
+                                 "rename one of them")
+        self._params = params
+        self._context = dict(context)
+
+    def __getattr__(self, name):
+        context = self.__dict__["_context"]
+        if name in context:
+            return context[name]
+        return getattr(self.__dict__["_params"], name)

@@ -60,10 +60,12 @@ class NodeView:
         return f"NodeView({self.index})"
 
 
-def memoised_state(forest, node):
-    """The state of `node` if the running reference has computed it, else None."""
+def memoised_state(forest, node, context=()):
+    """The state of `node` if the running reference has computed it with this context, else
+    None."""
     memo = getattr(_active, "memo", None)
-    if memo is None or memo[0] is not forest:
+    if memo is None or memo[0] is not forest or len(memo[2]) != len(context) \
+            or any(a is not b for a, b in zip(memo[2], context)):
         return None
     return memo[1].get(node)
 
@@ -86,14 +88,15 @@ def children_first(forest):
     return order
 
 
-def run_reference(function, forest, params):
-    """Per-node states (a tuple per node) of `function` on every node reachable from a root."""
+def run_reference(function, forest, params, context=()):
+    """Per-node states (a tuple per node) of `function` on every node reachable from a root;
+    `context`: the cell's arguments after the parameters."""
     states = {}
     previous = getattr(_active, "memo", None)
-    _active.memo = (forest, states)
+    _active.memo = (forest, states, context)
     try:
         for node in children_first(forest):
-            states[node] = function(NodeView(forest, node), params)
+            states[node] = function(NodeView(forest, node), params, *context)
     finally:
         _active.memo = previous
     return states

@@ -92,6 +92,7 @@ class CaseBuilder:
     def __init__(self, model, params, field_specs, num_children, state):
         self.model = model
         self.params = params
+        self.context = ()  # the ParamArray bound to each context argument, in order
         self.field_specs = field_specs
         self.num_children = num_children
         self.state = state  # (shapes, is_tuple) of the leaf case, for recursive calls
@@ -131,6 +132,18 @@ class CaseBuilder:
             if self.ops[other].shape == shape and (attrs[0] == "add" or zeros[1]):
                 return Tensor(other, shape)
         return None
+
+    def parameter(self, name, source, node):
+        """Parameter `name` (an attribute of the parameters, or a context argument)."""
+        array = getattr(self.params, name, None)
+        if array is None:
+            raise InputError(f"parameter {name!r} is missing from the parameters "
+                             f"(read at {source.filename}:{source.lineno(node)})")
+        array = np.asarray(array)
+        if array.dtype.kind != "f":
+            raise InputError(f"parameter {name!r} has dtype {array.dtype}; parameters "
+                             f"must be float32 or float64 arrays")
+        return ParamArray(name, array)
 
     def tensor(self, value, source, node):
         if isinstance(value, Tensor):
@@ -328,15 +341,7 @@ class Interpreter:
         if isinstance(base, NodeView):
             return self.node_attribute(base, node, env)
         if isinstance(base, ParamsView):
-            array = getattr(builder.params, node.attr, None)
-            if array is None:
-                raise InputError(f"parameter {node.attr!r} is missing from the parameters "
-                                 f"(read at {self.source.filename}:{self.source.lineno(node)})")
-            array = np.asarray(array)
-            if array.dtype.kind != "f":
-                raise InputError(f"parameter {node.attr!r} has dtype {array.dtype}; parameters "
-                                 f"must be float32 or float64 arrays")
-            return ParamArray(node.attr, array)
+            return builder.parameter(node.attr, self.source, node)
         if isinstance(base, (Tensor, ParamArray)) and node.attr == "shape":
             return tuple(base.shape if isinstance(base, Tensor) else base.array.shape)
         if isinstance(base, (Tensor, ParamArray)):
@@ -560,9 +565,12 @@ class Interpreter:
                                "rj.ones, sum, or a helper function)", node)
 
     def recursive_call(self, arguments, node):
-        if len(arguments) != 2 or not isinstance(arguments[1], ParamsView):
-            raise self.unsupported("a recursive call must pass the parameters on unchanged: "
-                                   "cell(child, p)", node)
+        context = self.builder.context
+        if len(arguments) != 2 + len(context) or not isinstance(arguments[1], ParamsView) \
+                or any(a is not c for a, c in zip(arguments[2:], context)):
+            expected = ", ".join(["child", "p"] + [c.name for c in context])
+            raise self.unsupported("a recursive call must pass the parameters and the context "
+                                   f"on unchanged: cell({expected})", node)
         child = arguments[0]
         if not isinstance(child, NodeView) or child.child is None:
             raise self.unsupported("a recursive call must take a child of the node", node)
@@ -702,15 +710,14 @@ def build_cell_ir(model, source, params, field_specs, arity):
     """Specialise the cell to each structural case (a leaf, an internal node with `arity`
     children) and infer every shape from `params` and the forest's `field_specs`."""
     arguments = [a.arg for a in source.tree.args.args]
-    if len(arguments) != 2:
-        raise UnsupportedError("context arguments after the parameters are not compiled yet; "
-                               "the compiled cell takes (node, p)", filename=source.filename,
-                               lineno=source.lineno(source.tree))
     cases, builders = [], []
     state = None
     for num_children in (0, arity):  # arity None: any number of children
         builder = CaseBuilder(model, params, field_specs, num_children, state)
-        env = {arguments[0]: NodeView(), arguments[1]: ParamsView()}
+        builder.context = tuple(builder.parameter(name, source, source.tree)
+                                for name in arguments[2:])
+        env = {arguments[0]: NodeView(), arguments[1]: ParamsView(),
+               **{c.name: c for c in builder.context}}
         returned = builder.call(source, env)
         is_tuple = isinstance(returned, tuple)
         values = returned if is_tuple else (returned,)

@@ -42,10 +42,12 @@ NOTHING = Abstract()
 
 @dataclass
 class Usage:
-    """What the analysis learnt along the way: parameter and field names the cell reads."""
+    """What the analysis learnt along the way: parameter and field names the cell reads, and
+    the names of its context arguments (after the parameters), which count as parameters."""
 
     parameters: set = field(default_factory=set)
     fields: set = field(default_factory=set)
+    context: tuple = ()
 
 
 class PropertyChecker:
@@ -270,7 +272,9 @@ def check_properties(model, source):
                                lineno=source.lineno(source.tree))
     env = {arguments[0]: Abstract(frozenset({STRUCTURE}), "node"),
            arguments[1]: Abstract(frozenset({PARAMETER}), "params")}
-    for context in arguments[2:]:
+    usage.context = tuple(arguments[2:])
+    usage.parameters.update(usage.context)
+    for context in usage.context:
         env[context] = Abstract(frozenset({PARAMETER}))
     PropertyChecker(model, source, usage).run_body(source.tree.body, env)
     return usage

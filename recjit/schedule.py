@@ -38,7 +38,8 @@ class Schedule:
     - `fast_math`: in float32 kernels, the CPU's tanh and sigmoid use a branch-free rational
       approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
       compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
-    - `row_block`: weight rows per parallel work item of a CPU matrix product."""
+    - `row_block`: CPU, the weight rows one `matmul_rows` call takes; a worker walks its share
+      of a product's rows block by block."""
 
     dynamic_batching: bool = True
     specialize: bool = True

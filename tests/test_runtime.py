@@ -2,7 +2,7 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from recjit.codegen_cpu.runtime import matmul_rows
+from recjit.codegen_cpu.runtime import matmul_rows, matmul_share
 
 
 @given(st.integers(0, 20), st.integers(1, 9), st.integers(1, 40),
@@ -43,3 +43,17 @@ def test_matmul_rows_reads_column_slices_and_strided_columns(nodes, inner, data)
     matmul_rows(weight, x, y, nodes, 0, weight_rows)
     expected = x.astype(np.float64) @ weight.T.astype(np.float64)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5 * np.sqrt(inner))
+
+
+@given(st.integers(1, 9), st.integers(1, 70), st.integers(1, 4), st.sampled_from([1, 8, 32]),
+       st.booleans())
+def test_the_workers_shares_of_matmul_share_cover_every_row_once(nodes, weight_rows, workers,
+                                                                 row_block, forward):
+    """However many workers and whichever direction, the shares together are the product."""
+    rng = np.random.default_rng(nodes * 1000 + weight_rows)
+    weight = rng.normal(size=(weight_rows, 12))
+    x = rng.normal(size=(nodes, 12))
+    y = np.full((nodes, weight_rows), np.nan)
+    for worker in range(workers):
+        matmul_share(weight, x, y, nodes, row_block, worker, workers, forward)
+    np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12, atol=1e-12)

@@ -1,6 +1,7 @@
 """CPU backend: ILIR kernel → numba parallel source → a callable that runs a linearized forest."""
 import threading
 
+import numba
 import numpy as np
 
 from ..generated import load_module
@@ -42,7 +43,7 @@ class CpuKernel:
                 arguments.append(np.ascontiguousarray(getattr(params, name[len("p_"):]),
                                                       dtype=dtype))
         with _running:
-            self.function(*arguments)
+            self.function(numba.get_num_threads(), *arguments)
         return [states[name] for name, _ in self.kernel.states]
 
     @staticmethod

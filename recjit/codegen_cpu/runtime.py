@@ -234,3 +234,19 @@ def matmul_rows(weight, x, y, rows, row_begin, row_end):
         s += 2
     if s < rows:
         _one_node(weight, x, y, s, row_begin, row_end)
+
+
+@numba.njit(fastmath=True, cache=True, nogil=True)
+def matmul_share(weight, x, y, rows, row_block, worker, workers, forward):
+    """Worker `worker` of `workers`' share of `matmul_rows` over all of the weight's rows: a
+    contiguous run of blocks of `row_block` rows, walked forwards or backwards. Alternating the
+    direction from one batch to the next makes the rows a worker used last the first it uses
+    again, while they are still in its L2."""
+    num_rows = weight.shape[0]
+    blocks = (num_rows + row_block - 1) // row_block
+    first = worker * blocks // workers
+    end = (worker + 1) * blocks // workers
+    for step in range(end - first):
+        block = first + step if forward else end - 1 - step
+        matmul_rows(weight, x, y, rows, block * row_block,
+                    min(num_rows, (block + 1) * row_block))

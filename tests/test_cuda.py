@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
+from recjit.codegen_cuda import device
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
@@ -201,12 +202,16 @@ def test_explain_says_which_weights_stay_in_shared_memory():
                              file=io.StringIO())
     assert "launch: fused: one cooperative launch" in text
     assert "kept in shared memory for the whole launch:" in text
-    assert f"p_U_iou ({3 * HIDDEN} rows each)" in text and f"p_U_f ({HIDDEN} rows each)" in text
+    blocks = device.multiprocessors()
+    assert f"p_U_iou ({-(-3 * HIDDEN // blocks)} rows each)" in text
+    assert f"p_U_f ({-(-HIDDEN // blocks)} rows each)" in text
 
 
 def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right():
     forest = rj.Forest.from_nested([((1, 2), (3, 4))])
-    p = tree_rnn_params(80, VOCAB, "float64", 2)  # 2 × 80 × 80 × 8 bytes > 48 KiB
+    # Each block's slices of W and U: 2 × ⌈hidden / blocks⌉ × hidden × 8 bytes > 48 KiB.
+    hidden = 80 if device.multiprocessors() == 1 else 1024
+    p = tree_rnn_params(hidden, VOCAB, "float64", 2)
     text = tree_rnn.explain(forest, p, backend="cuda", file=io.StringIO())
     assert "do not fit in shared memory: read through L2" in text
     check(tree_rnn, forest, p)

@@ -141,7 +141,8 @@ class CudaKernel:
         if items > 0:
             blocks = (min(items, self.item_blocks) if one_block_per_item
                       else min(-(-items // self.threads), 32 * device.multiprocessors()))
-            kernel[blocks, self.threads](*arguments)
+            # `items` may be a NumPy integer, which numba-cuda refuses as a grid size.
+            kernel[int(blocks), self.threads](*arguments)
 
     def scratch_for(self, scalars, dtype):
         """The scratch arrays for these sizes, kept for the next run of the same sizes."""

@@ -1,0 +1,157 @@
+"""Where a CUDA `model.run` spends its time on a real GPU: the whole call against the kernel
+alone (timed with CUDA events), and the host's share by function (cProfile).
+
+    python tools/gpu_profile.py [--trees .gpu/test.txt] [--models tree_fc,tree_lstm]"""
+import argparse
+import cProfile
+import importlib
+import os
+import pstats
+import sys
+import time
+
+import numpy as np
+from numba import cuda
+
+from recjit.codegen_cuda import device
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
+import bench  # noqa: E402
+
+
+def profile(name, hidden, batch, trees, runs):
+    benchmark = next(b for b in bench.ZOO if b.name == name)
+    forests = bench.batches(benchmark, trees, batch, 1, hidden)
+    module = importlib.import_module(name)
+    model = getattr(module, name)
+    vocab = int(forests[0].fields["word"].max()) + 1 if "word" in forests[0].fields else 1
+    p = module.make_params(hidden, vocab, "float32").to_device()
+    forest = forests[0]
+    model.run(forest, p, backend="cuda")
+    compiled = model.compile(forest, p, backend="cuda")
+    linearized = model.linearize(forest)
+    kernel = compiled.backend_kernel
+
+    def whole():
+        model.run(forest, p, backend="cuda")
+
+    def launch_only():
+        kernel(linearized, p)
+        cuda.synchronize()
+
+    start, stop = cuda.event(), cuda.event()
+    timings = {}
+    for label, call in (("run", whole), ("kernel call + sync", launch_only)):
+        call()
+        seconds = []
+        for _ in range(runs):
+            begin = time.perf_counter()
+            call()
+            seconds.append(time.perf_counter() - begin)
+        timings[label] = 1e3 * float(np.median(seconds))
+    gpu = []
+    for _ in range(runs):
+        start.record()
+        kernel(linearized, p)
+        stop.record()
+        stop.synchronize()
+        gpu.append(start.elapsed_time(stop))
+    timings["events around the call"] = float(np.median(gpu))
+    timings.update(pieces(kernel, linearized, p, runs))
+    print(f"\n## {name} h{hidden} b{batch}: {linearized.num_nodes} nodes; "
+          + ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), flush=True)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(runs):
+        whole()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(10)
+
+
+def pieces(kernel, linearized, p, runs):
+    """Median ms of each step of `CudaKernel.__call__`, synchronized after each, and of the
+    launch alone between CUDA events."""
+    from recjit.codegen_cuda import _packed_to_device, _parameter, device, forest_arguments
+    steps = {"forest arguments": [], "packed copy": [], "parameters": [], "states": [],
+             "launch (host)": [], "launch (events)": [], "copy back": []}
+    start, stop = cuda.event(), cuda.event()
+    dtype = np.dtype(kernel.kernel.dtype)
+    for _ in range(runs):
+        clock = time.perf_counter()
+
+        def lap(step):
+            nonlocal clock
+            cuda.synchronize()
+            now = time.perf_counter()
+            steps[step].append(1e3 * (now - clock))
+            clock = now
+
+        scalars, forest_arrays = forest_arguments(kernel.kernel, linearized)
+        lap("forest arguments")
+        on_device = _packed_to_device(forest_arrays)
+        lap("packed copy")
+        parameters = {name: _parameter(p, name, dtype) for name in kernel.kernel.arrays
+                      if name.startswith("p_")}
+        lap("parameters")
+        states = {name: device.device_array((linearized.num_nodes, size), dtype)
+                  for name, size in kernel.kernel.states}
+        scratch = kernel.scratch_for(scalars, dtype)
+        lap("states")
+        arrays = {**on_device, **parameters, **states}
+        arguments = [scalars[name] for name in kernel.kernel.scalars]
+        arguments += [arrays[name] for name in kernel.kernel.arrays]
+        arguments += [scratch[array.name] for array in kernel.scratch]
+        start.record()
+        kernel.launch_fused(arguments)
+        stop.record()
+        lap("launch (host)")
+        steps["launch (events)"].append(start.elapsed_time(stop))
+        for state in states.values():
+            state.copy_to_host()
+        lap("copy back")
+    return {step: float(np.median(times)) for step, times in steps.items()}
+
+
+def barrier_cost(runs):
+    """ms of a cooperative launch, a block per multiprocessor, doing 0 and 100 grid syncs."""
+    @cuda.jit
+    def barriers(count, out):
+        grid = cuda.cg.this_grid()
+        for _ in range(count):
+            grid.sync()
+        if cuda.grid(1) == 0:
+            out[0] = count
+
+    out = cuda.device_array(1, np.int64)
+    blocks = device.multiprocessors()
+    start, stop = cuda.event(), cuda.event()
+    for count in (0, 100):
+        barriers[blocks, 256](count, out)
+        times = []
+        for _ in range(runs):
+            start.record()
+            barriers[blocks, 256](count, out)
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        print(f"## {count} grid syncs, {blocks} blocks x 256: {np.median(times):.4f} ms",
+              flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=bench.DEFAULT_TREES)
+    parser.add_argument("--models", default="tree_fc,tree_lstm")
+    parser.add_argument("--runs", type=int, default=50)
+    args = parser.parse_args()
+    trees = [line for line in open(args.trees) if line.strip()]
+    barrier_cost(args.runs)
+    for name in args.models.split(","):
+        hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
+        for batch in (1, 10):
+            profile(name, hidden, batch, trees, args.runs)
+
+
+if __name__ == "__main__":
+    main()

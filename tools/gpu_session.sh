@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Everything issue 4 asks of a lent GPU, in one command (the device tool's machine starts bare
+# and stays warm only seconds between calls). Run from the repository root:
+#     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile bench quick-bench
+#                                        ablation)
+# SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
+# ../shared does not travel). Logs and results go to $OUT (default ./gpu-out).
+set -u
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
+OUT=${OUT:-$PWD/gpu-out}
+TREES=${TREES:-.gpu/test.txt}
+mkdir -p "$OUT"
+# The image's NumPy (2.5) lacks np.row_stack, which numba-cuda 0.30 registers at import: carry
+# an older wheel in .whl (see benchmarks/README.md) and it is installed first.
+if ls .whl/numpy-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
+        .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
+fi
+MARK=$(mktemp)  # results written after this are copied to $OUT
+
+stage() {
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name (limit ${limit}s)"
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    local status=$?
+    echo "=== $name: exit $status after $((SECONDS - start))s"
+    tail -n 25 "$OUT/$name.log"
+}
+
+for name in "$@"; do
+    case $name in
+        facts) stage facts 60 bash -c 'nvidia-smi; python3 -c "
+import sys, numpy, numba, llvmlite, numba_cuda, torch, hypothesis
+from numba import cuda
+d = cuda.get_current_device()
+print(sys.version.split()[0], \"numpy\", numpy.__version__, \"numba\", numba.__version__,
+      \"llvmlite\", llvmlite.__version__, \"numba-cuda\", numba_cuda.__version__,
+      \"torch\", torch.__version__, \"hypothesis\", hypothesis.__version__)
+print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
+      \"driver\", cuda.cudadrv.driver.get_version(), \"runtime\", cuda.runtime.get_version())"' ;;
+        cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
+            -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
+            tests/test_cuda.py tests/test_cuda_runtime.py ;;
+        all-tests) stage all-tests 420 python3 -m pytest -q -p no:cacheprovider -rs -n 8 ;;
+        profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;
+        quick-bench) stage quick-bench 240 python3 benchmarks/bench.py --quick --cuda \
+            --trees "$TREES" --machine gpu-quick ;;
+        bench) stage bench 560 python3 benchmarks/bench.py --cuda --trees "$TREES" ;;
+        ablation) stage ablation 400 python3 benchmarks/ablation.py --cuda --trees "$TREES" ;;
+        *) echo "unknown stage $name"; exit 2 ;;
+    esac
+    find benchmarks/results -newer "$MARK" \( -name "*.json" -o -name "*.md" \) \
+        -exec cp {} "$OUT"/ \;
+done

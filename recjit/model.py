@@ -186,8 +186,7 @@ class RecursiveModel:
         self.check_gathers(compiled.cell, linearized, p)
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
-        states = compiled.backend_kernel(linearized, p)
-        return compiled.backend_kernel.result(states, shapes, linearized, device_output)
+        return compiled.backend_kernel.run(linearized, p, shapes, device_output)
 
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`."""

@@ -22,8 +22,8 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import assert_same_result, binary_forests, nary_forests, random_dags, seeds, \
-    word_sequences
+from conftest import assert_same_result, binary_forests, caterpillar, nary_forests, random_dags, \
+    seeds, word_sequences
 from numba.core import config
 
 VOCAB = 12
@@ -176,6 +176,34 @@ def test_device_parameters_are_reused_across_runs():
         forest = rj.Forest.from_nested(nested)
         assert_same_result(tree_lstm.run(forest, on_device, backend="cuda"),
                            tree_lstm.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_products_of_more_columns_than_a_warp_has_lanes_equal_reference(schedule):
+    """On a GPU a warp computes each output of a product of 32 columns or more, its lanes
+    summed by shuffles; narrower ones, as in the other tests here, by one lane."""
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    check(tree_lstm, forest, tree_lstm_params(45, VOCAB, "float64", 12), schedule)
+
+
+def test_forests_growing_and_shrinking_in_turn_each_equal_reference():
+    """Runs keep their device buffers, sized to a power of two of the nodes: each forest here
+    falls in another bucket than the one before, or back in an earlier one."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 7)
+    for depth in (1, 20, 2, 9, 40, 1):
+        forest = caterpillar(depth, VOCAB)
+        assert_same_result(tree_lstm.run(forest, p, backend="cuda"),
+                           tree_lstm.reference(forest, p))
+
+
+def test_device_output_is_not_overwritten_by_the_next_run():
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", 8)
+    first, second = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.from_nested([(4, (5, 6))])
+    kept = tree_rnn.run(first, p, backend="cuda", device_output=True)
+    tree_rnn.run(second, p, backend="cuda", device_output=True)
+    on_host = rj.Result(nodes=tuple(a.copy_to_host() for a in kept.nodes),
+                        roots=tuple(a.copy_to_host() for a in kept.roots))
+    assert_same_result(on_host, tree_rnn.reference(first, p))
 
 
 def test_device_output_stays_on_the_device_and_equals_host_output():

@@ -1,6 +1,7 @@
 """The CUDA runtime's matrix products split a weight's rows over the grid's blocks; numba's
 simulator runs a cooperative grid of one block, so the split is checked here with ordinary
-launches of several blocks, reading the weight itself and each block's shared slice."""
+launches of several blocks, reading the weight itself and each block's shared slice. A warp
+computes one output: columns fewer than a warp's lanes, a multiple of them, and neither."""
 import numpy as np
 import pytest
 from numba import cuda, float64
@@ -8,40 +9,46 @@ from numba import cuda, float64
 from recjit.codegen_cuda.runtime import first_row, load_rows, matmul_kernel, matmul_rows
 
 WEIGHT_ROWS, COLUMNS, NODES = 13, 7, 5
+# Two warps per block, so that warps share a block's outputs.
+THREADS = 64
 
 
-@cuda.jit
-def product_from_shared_slices(weight, x, y, rows):
-    weight_slice = cuda.shared.array((WEIGHT_ROWS, COLUMNS), float64)
-    load_rows(weight, weight_slice)
-    cuda.syncthreads()
-    matmul_rows(weight_slice, first_row(weight.shape[0]), weight.shape[0], x, y, rows)
+def product_from_shared_slices(columns):
+    @cuda.jit
+    def product(weight, x, y, rows):
+        weight_slice = cuda.shared.array((WEIGHT_ROWS, columns), float64)
+        load_rows(weight, weight_slice)
+        cuda.syncthreads()
+        matmul_rows(weight_slice, first_row(weight.shape[0]), weight.shape[0], x, y, rows)
+    return product
 
 
-def operands(seed):
+def operands(seed, columns=COLUMNS):
     rng = np.random.default_rng(seed)
-    return rng.normal(size=(WEIGHT_ROWS, COLUMNS)), rng.normal(size=(NODES, COLUMNS))
+    return rng.normal(size=(WEIGHT_ROWS, columns)), rng.normal(size=(NODES, columns))
 
 
+@pytest.mark.parametrize("columns", [7, 32, 77])
 @pytest.mark.parametrize("blocks", [1, 2, 3, 5, 13, 20])
-def test_blocks_together_compute_every_row_once(blocks):
-    weight, x = operands(blocks)
+def test_blocks_together_compute_every_row_once(blocks, columns):
+    weight, x = operands(blocks, columns)
     y = np.full((NODES, WEIGHT_ROWS), np.nan)
-    matmul_kernel[blocks, 32](weight, x, y, NODES)
+    matmul_kernel[blocks, THREADS](weight, x, y, NODES)
     np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12)
 
 
+@pytest.mark.parametrize("columns", [7, 77])
 @pytest.mark.parametrize("blocks", [1, 2, 3, 5, 13, 20])
-def test_each_block_multiplies_its_shared_slice_of_the_rows(blocks):
-    weight, x = operands(100 + blocks)
+def test_each_block_multiplies_its_shared_slice_of_the_rows(blocks, columns):
+    weight, x = operands(100 + blocks, columns)
     y = np.full((NODES, WEIGHT_ROWS), np.nan)
-    product_from_shared_slices[blocks, 32](weight, x, y, NODES)
+    product_from_shared_slices(columns)[blocks, THREADS](weight, x, y, NODES)
     np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12)
 
 
 def test_only_the_first_rows_of_the_scratch_are_computed():
     weight, x = operands(7)
     y = np.full((NODES, WEIGHT_ROWS), np.nan)
-    matmul_kernel[3, 32](weight, x, y, 2)
+    matmul_kernel[3, THREADS](weight, x, y, 2)
     np.testing.assert_allclose(y[:2], x[:2] @ weight.T, rtol=1e-12)
     assert np.isnan(y[2:]).all()

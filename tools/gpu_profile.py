@@ -17,7 +17,7 @@ from recjit.codegen_cuda import device
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
-import bench  # noqa: E402
+import bench
 
 
 def profile(name, hidden, batch, trees, runs):
@@ -36,13 +36,14 @@ def profile(name, hidden, batch, trees, runs):
     def whole():
         model.run(forest, p, backend="cuda")
 
+    shapes = compiled.cell.state_shapes
+
     def launch_only():
-        kernel(linearized, p)
-        cuda.synchronize()
+        kernel.run(linearized, p, shapes)
 
     start, stop = cuda.event(), cuda.event()
     timings = {}
-    for label, call in (("run", whole), ("kernel call + sync", launch_only)):
+    for label, call in (("run", whole), ("kernel.run", launch_only)):
         call()
         seconds = []
         for _ in range(runs):
@@ -53,7 +54,7 @@ def profile(name, hidden, batch, trees, runs):
     gpu = []
     for _ in range(runs):
         start.record()
-        kernel(linearized, p)
+        kernel.run(linearized, p, shapes)
         stop.record()
         stop.synchronize()
         gpu.append(start.elapsed_time(stop))
@@ -70,10 +71,10 @@ def profile(name, hidden, batch, trees, runs):
 
 
 def pieces(kernel, linearized, p, runs):
-    """Median ms of each step of `CudaKernel.__call__`, synchronized after each, and of the
+    """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
     launch alone between CUDA events."""
-    from recjit.codegen_cuda import _packed_to_device, _parameter, device, forest_arguments
-    steps = {"forest arguments": [], "packed copy": [], "parameters": [], "states": [],
+    from recjit.codegen_cuda import _parameter, forest_arguments
+    steps = {"forest arguments": [], "forest upload": [], "parameters": [], "states, scratch": [],
              "launch (host)": [], "launch (events)": [], "copy back": []}
     start, stop = cuda.event(), cuda.event()
     dtype = np.dtype(kernel.kernel.dtype)
@@ -89,15 +90,14 @@ def pieces(kernel, linearized, p, runs):
 
         scalars, forest_arrays = forest_arguments(kernel.kernel, linearized)
         lap("forest arguments")
-        on_device = _packed_to_device(forest_arrays)
-        lap("packed copy")
+        on_device = kernel.buffers.forest(forest_arrays)
+        lap("forest upload")
         parameters = {name: _parameter(p, name, dtype) for name in kernel.kernel.arrays
                       if name.startswith("p_")}
         lap("parameters")
-        states = {name: device.device_array((linearized.num_nodes, size), dtype)
-                  for name, size in kernel.kernel.states}
+        states = kernel.buffers.states(linearized.num_nodes, dict(kernel.kernel.states), dtype)
         scratch = kernel.scratch_for(scalars, dtype)
-        lap("states")
+        lap("states, scratch")
         arrays = {**on_device, **parameters, **states}
         arguments = [scalars[name] for name in kernel.kernel.scalars]
         arguments += [arrays[name] for name in kernel.kernel.arrays]
@@ -145,7 +145,8 @@ def main():
     parser.add_argument("--models", default="tree_fc,tree_lstm")
     parser.add_argument("--runs", type=int, default=50)
     args = parser.parse_args()
-    trees = [line for line in open(args.trees) if line.strip()]
+    with open(args.trees) as handle:
+        trees = [line for line in handle if line.strip()]
     barrier_cost(args.runs)
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]

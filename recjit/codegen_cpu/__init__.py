@@ -26,6 +26,12 @@ class CpuKernel:
         self.function = getattr(load_module(self.source, kernel.name, runtime.__file__),
                                 kernel.name)
 
+    def run(self, linearized, params, shapes, device_output=False):
+        """The states of every node in the forest's order, on the host (`model.run` refuses
+        `device_output` for the CPU)."""
+        return Result.from_linearized(self(linearized, params), shapes,
+                                      linearized.new_of_old, linearized.roots)
+
     def __call__(self, linearized, params):
         dtype = np.dtype(self.kernel.dtype)
         states = {name: np.empty((linearized.num_nodes, size), dtype=dtype)
@@ -45,12 +51,6 @@ class CpuKernel:
         with _running:
             self.function(numba.get_num_threads(), *arguments)
         return [states[name] for name, _ in self.kernel.states]
-
-    @staticmethod
-    def result(states, shapes, linearized, device_output=False):
-        """The states in the forest's order; they are on the host already (`run` refuses
-        `device_output` for the CPU)."""
-        return Result.from_linearized(states, shapes, linearized.new_of_old, linearized.roots)
 
     @staticmethod
     def describe():

@@ -9,6 +9,7 @@ from ..lowering.arguments import forest_arguments
 from ..lowering.ilir import BinOp, Const, Let, Load, Var
 from ..result import Result
 from . import device, runtime
+from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
 
@@ -31,7 +32,7 @@ class CudaKernel:
         self.weight_shapes = weight_shapes
         self.threads = device.threads_per_block()
         self.scratch = scratch_arrays(kernel)
-        self._scratch_cache = {}
+        self.buffers = DeviceBuffers()
         self.configure(device.multiprocessors() if fusion else None)
 
     def configure(self, blocks):
@@ -58,14 +59,14 @@ class CudaKernel:
 
     def plan_persistence(self, blocks):
         """Each block's slice of the weights multiplied in every batch, in shared memory
-        when all of them fit: {weight: (rows, columns padded to an odd number)}."""
+        when all of them fit: {weight: (rows, columns)}."""
         if not self.persistence:
             return {}
         itemsize = np.dtype(self.kernel.dtype).itemsize
         slices = {}
         for weight in batch_weights(self.kernel):
             rows, columns = self.weight_shapes[weight]
-            slices[weight] = (-(-rows // blocks), columns | 1)
+            slices[weight] = (-(-rows // blocks), columns)
         total = sum(rows * columns for rows, columns in slices.values()) * itemsize
         return slices if total <= device.SHARED_BYTES else {}
 
@@ -90,32 +91,35 @@ class CudaKernel:
         return text
 
     # running -----------------------------------------------------------------------------
-    def __call__(self, linearized, params):
+    def run(self, linearized, params, shapes, device_output=False):
+        """The states of every node in the forest's order: NumPy arrays, or device arrays if
+        asked for. One run at a time: runs share the device buffers."""
         dtype = np.dtype(self.kernel.dtype)
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
-        on_device = _packed_to_device(forest_arrays)
         parameters = {name: _parameter(params, name, dtype) for name in self.kernel.arrays
                       if name.startswith("p_")}
-        states = {name: device.device_array((linearized.num_nodes, size), dtype)
-                  for name, size in self.kernel.states}
-        scratch = self.scratch_for(scalars, dtype)
-        arrays = {**on_device, **parameters, **states}
-        arguments = [scalars[name] for name in self.kernel.scalars]
-        arguments += [arrays[name] for name in self.kernel.arrays]
-        arguments += [scratch[array.name] for array in self.scratch]
         with _running:
+            states = self.buffers.states(linearized.num_nodes, dict(self.kernel.states), dtype)
+            arrays = {**self.buffers.forest(forest_arrays), **parameters, **states}
+            scratch = self.scratch_for(scalars, dtype)
+            arguments = [scalars[name] for name in self.kernel.scalars]
+            arguments += [arrays[name] for name in self.kernel.arrays]
+            arguments += [scratch[array.name] for array in self.scratch]
             if self.fusion:
                 self.launch_fused(arguments)
             else:
                 hosts = [forest_arrays[name] for name in self.host_arrays]
                 self.function(self.launch, *arguments, *hosts)
-        return [states[name] for name, _ in self.kernel.states]
+            return self.result([states[name] for name, _ in self.kernel.states], shapes,
+                               linearized, device_output)
 
-    def result(self, states, shapes, linearized, device_output=False):
-        """States in the forest's order: NumPy arrays, or device arrays if asked for."""
+    def result(self, states, shapes, linearized, device_output):
+        """The states' first `num_nodes` rows (the rest is the buffers' slack) in the
+        forest's order; on the device, gathered into arrays of their own."""
         if not device_output:
-            return Result.from_linearized([s.copy_to_host() for s in states], shapes,
-                                          linearized.new_of_old, linearized.roots)
+            return Result.from_linearized(
+                [s.copy_to_host()[:linearized.num_nodes] for s in states], shapes,
+                linearized.new_of_old, linearized.roots)
         nodes, roots = [], []
         for orders, out in ((linearized.new_of_old, nodes), (linearized.roots, roots)):
             order = device.to_device("the node order", orders, np.int64)
@@ -145,19 +149,16 @@ class CudaKernel:
             kernel[int(blocks), self.threads](*arguments)
 
     def scratch_for(self, scalars, dtype):
-        """The scratch arrays for these sizes, kept for the next run of the same sizes."""
+        """The scratch arrays for these sizes, kept for later runs of sizes in their buckets."""
         environment = dict(scalars)
         for statement in self.kernel.body:
             if isinstance(statement, Let) and not isinstance(statement.value, Load):
                 environment[statement.name] = _evaluate(statement.value, environment)
-        shapes = tuple((self.item_blocks,) * array.per_block
-                       + tuple(max(int(_evaluate(extent, environment)), 1)
-                               for extent in array.shape)
-                       for array in self.scratch)
-        if shapes not in self._scratch_cache:
-            self._scratch_cache = {shapes: {array.name: device.device_array(shape, dtype) for
-                                            array, shape in zip(self.scratch, shapes)}}
-        return self._scratch_cache[shapes]
+        shapes = {array.name: (self.item_blocks,) * array.per_block
+                  + tuple(max(int(_evaluate(extent, environment)), 1) for extent in array.shape)
+                  for array in self.scratch}
+        return self.buffers.scratch(shapes, {array.name: array.per_block
+                                             for array in self.scratch}, dtype)
 
 
 def _count(number, noun):
@@ -174,22 +175,6 @@ def _evaluate(node, environment):
         left, right = _evaluate(node.left, environment), _evaluate(node.right, environment)
         return {"+": left + right, "-": left - right, "*": left * right}[node.operator]
     raise TypeError(node)
-
-
-def _packed_to_device(arrays):
-    """The forest's arrays in one host-to-device copy per dtype, as views of the copies."""
-    on_device = {}
-    for kind in sorted({values.dtype.str for values in arrays.values()}):
-        names = [name for name, values in arrays.items() if values.dtype.str == kind]
-        packed = device.to_device("the forest", np.concatenate(
-            [arrays[name].ravel() for name in names]), np.dtype(kind))
-        offset = 0
-        for name in names:
-            values = arrays[name]
-            on_device[name] = packed[offset:offset + values.size].reshape(values.shape) \
-                if values.size else device.device_array(values.shape, values.dtype)
-            offset += values.size
-    return on_device
 
 
 def _parameter(params, name, dtype):

@@ -61,3 +61,8 @@ def to_device(what, value, dtype):
 
 def device_array(shape, dtype):
     return cuda.device_array(shape, dtype=dtype)
+
+
+def pinned_array(shape, dtype):
+    """Page-locked host memory: the device copies from it directly."""
+    return cuda.pinned_array(shape, dtype=dtype)

@@ -3,10 +3,14 @@
 A weight's rows are split evenly over the grid's blocks: block b owns rows
 [b·n, (b+1)·n) with n = ⌈rows / blocks⌉, for the whole launch. `matmul_rows` computes only the
 owned rows, so a persistent kernel can keep them in shared memory (`load_rows`) and read them
-from there in every batch. Inside a block, consecutive threads take consecutive rows: the
-reads of `x[s, k]` are broadcasts, those of a shared weight slice hit distinct banks (the
-slice's rows are padded to an odd length)."""
+from there in every batch. Inside a block, each warp computes one output at a time
+(`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles, each thread
+does."""
 from numba import cuda
+from numba.core import config
+
+WARP = 32
+ALL_LANES = 0xFFFFFFFF
 
 
 @cuda.jit(device=True, inline=True)
@@ -34,9 +38,38 @@ def load_rows(weight, weight_slice):
 
 
 @cuda.jit(device=True, inline=True)
-def multiply_rows(weight, weight_first_row, begin, owned, x, y, rows):
+def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and begin <= r < begin + owned, by the
-    threads of this block; `weight` holds W's rows from `weight_first_row` on."""
+    threads of this block; `weight` holds W's rows from `weight_first_row` on. A warp takes
+    one (s, r) at a time, its lanes every 32nd k, and sums them with shuffles: the loads of a
+    warp are contiguous, and a dot product waits on columns / 32 loads in turn, not columns."""
+    columns = x.shape[1]
+    lane = cuda.threadIdx.x % WARP
+    for item in range(cuda.threadIdx.x // WARP, rows * owned, cuda.blockDim.x // WARP):
+        s = item // owned
+        r = begin + item % owned
+        local = r - weight_first_row
+        if columns < WARP:  # too short to share: the first lane alone
+            if lane == 0:
+                total = x[s, 0] * weight[local, 0]
+                for k in range(1, columns):
+                    total += x[s, k] * weight[local, k]
+                y[s, r] = total
+        else:
+            total = x[s, lane] * weight[local, lane]
+            for k in range(lane + WARP, columns, WARP):
+                total += x[s, k] * weight[local, k]
+            offset = WARP // 2
+            while offset > 0:
+                total += cuda.shfl_down_sync(ALL_LANES, total, offset)
+                offset //= 2
+            if lane == 0:
+                y[s, r] = total
+
+
+@cuda.jit(device=True, inline=True)
+def multiply_rows_by_threads(weight, weight_first_row, begin, owned, x, y, rows):
+    """The same products, a thread per (s, r): numba's simulator has no warp shuffles."""
     columns = x.shape[1]
     for item in range(cuda.threadIdx.x, rows * owned, cuda.blockDim.x):
         s = item // owned
@@ -46,6 +79,9 @@ def multiply_rows(weight, weight_first_row, begin, owned, x, y, rows):
         for k in range(1, columns):
             total += x[s, k] * weight[local, k]
         y[s, r] = total
+
+
+multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps
 
 
 @cuda.jit(device=True, inline=True)

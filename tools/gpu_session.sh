@@ -4,7 +4,9 @@
 #     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile bench quick-bench
 #                                        ablation)
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
-# ../shared does not travel). Logs and results go to $OUT (default ./gpu-out).
+# ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
+# time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
+# cores, quick-bench ~200 s, cuda-tests with PYTEST_ARGS="-n 6" ~60 s, profile ~20 s).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -43,7 +45,8 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
             tests/test_cuda.py tests/test_cuda_runtime.py ;;
-        all-tests) stage all-tests 420 python3 -m pytest -q -p no:cacheprovider -rs -n 8 ;;
+        all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
+            --tb=short -n 8 ;;
         profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;
         quick-bench) stage quick-bench 240 python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" --machine gpu-quick ;;

@@ -196,6 +196,15 @@ def test_forests_growing_and_shrinking_in_turn_each_equal_reference():
                            tree_lstm.reference(forest, p))
 
 
+@pytest.mark.parametrize("slack_worth_a_view", [0, 2**40], ids=["first-rows", "whole"])
+def test_states_come_back_by_their_first_rows_or_whole_alike(monkeypatch, slack_worth_a_view):
+    import recjit.codegen_cuda
+    monkeypatch.setattr(recjit.codegen_cuda, "SLACK_WORTH_A_VIEW", slack_worth_a_view)
+    forest = caterpillar(12, VOCAB)  # 25 nodes in buffers of 32 rows
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 9)
+    assert_same_result(tree_lstm.run(forest, p, backend="cuda"), tree_lstm.reference(forest, p))
+
+
 def test_device_output_is_not_overwritten_by_the_next_run():
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", 8)
     first, second = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.from_nested([(4, (5, 6))])

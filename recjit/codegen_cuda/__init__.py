@@ -14,6 +14,10 @@ from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
 
 _running = threading.Lock()
+# Bytes of a state's slack rows that take as long to copy to the host as a view of the array
+# takes to make: an estimate, ~20 µs a view (tools/gpu_profile.py on an H100, 2026-11-22) at
+# ~10 GB/s for a pageable copy.
+SLACK_WORTH_A_VIEW = 256 * 1024
 # Blocks per multiprocessor that run an unfused launch of one-worker items.
 UNFUSED_ITEM_BLOCKS = 4
 
@@ -118,7 +122,7 @@ class CudaKernel:
         forest's order; on the device, gathered into arrays of their own."""
         if not device_output:
             return Result.from_linearized(
-                [s.copy_to_host()[:linearized.num_nodes] for s in states], shapes,
+                [_first_rows_to_host(s, linearized.num_nodes) for s in states], shapes,
                 linearized.new_of_old, linearized.roots)
         nodes, roots = [], []
         for orders, out in ((linearized.new_of_old, nodes), (linearized.roots, roots)):
@@ -175,6 +179,15 @@ def _evaluate(node, environment):
         left, right = _evaluate(node.left, environment), _evaluate(node.right, environment)
         return {"+": left + right, "-": left - right, "*": left * right}[node.operator]
     raise TypeError(node)
+
+
+def _first_rows_to_host(state, rows):
+    """state[:rows] on the host. Making the view costs about as much as copying
+    SLACK_WORTH_A_VIEW bytes more (H100, numba-cuda 0.30), so small slack comes along."""
+    slack = (state.shape[0] - rows) * state.shape[1] * state.dtype.itemsize
+    if slack > SLACK_WORTH_A_VIEW:
+        return state[:rows].copy_to_host()
+    return state.copy_to_host()[:rows]
 
 
 def _parameter(params, name, dtype):

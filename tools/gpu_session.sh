@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Everything issue 4 asks of a lent GPU, in one command (the device tool's machine starts bare
 # and stays warm only seconds between calls). Run from the repository root:
-#     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile bench quick-bench
-#                                        ablation)
+#     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile products
+#                                        quick-bench bench ablation)
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
-# cores, quick-bench ~200 s, cuda-tests with PYTEST_ARGS="-n 6" ~60 s, profile ~20 s).
+# cores, quick-bench ~200 s, cuda-tests with PYTEST_ARGS="-n 6" ~60 s, profile ~20 s,
+# products ~30 s).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -48,6 +49,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
         profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;
+        products) stage products 90 python3 tools/gpu_products.py ;;
         quick-bench) stage quick-bench 240 python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" --machine gpu-quick ;;
         bench) stage bench 560 python3 benchmarks/bench.py --cuda --trees "$TREES" ;;

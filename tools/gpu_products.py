@@ -1,0 +1,104 @@
+"""The CUDA runtime's matrix product on its own, on a real GPU: each way `runtime.py` has of
+computing a block's weight rows (a warp per output, a thread per output), over a grid of one
+block per multiprocessor as the fused kernel launches it, against cuBLAS (through PyTorch) on
+the same shapes. Checked against NumPy first; timed with CUDA events, median of many launches.
+
+    python tools/gpu_products.py [--rows 768] [--columns 256] [--nodes 1,4,16,64,256,1024]"""
+import argparse
+
+import numpy as np
+from numba import cuda
+
+from recjit.codegen_cuda import device, runtime
+
+
+def product_kernel(multiply_rows):
+    """A launch that computes y = x Wᵀ the way a fused kernel's batch does: each block its
+    own rows of W, read from global memory (L2)."""
+    @cuda.jit
+    def product(weight, x, y, rows):
+        begin = runtime.first_row(weight.shape[0])
+        owned = min(runtime.rows_per_block(weight.shape[0]), weight.shape[0] - begin)
+        multiply_rows(weight, 0, begin, owned, x, y, rows)
+    return product
+
+
+VARIANTS = {"warp per output": product_kernel(runtime.multiply_rows_by_warps),
+            "thread per output": product_kernel(runtime.multiply_rows_by_threads)}
+
+
+def events_ms(launch, repeats):
+    start, stop = cuda.event(), cuda.event()
+    launch()
+    times = []
+    for _ in range(repeats):
+        start.record()
+        launch()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return float(np.median(times))
+
+
+def cublas_ms(weight, x, repeats):
+    """torch.matmul on the same float32 operands, or None without PyTorch's CUDA."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    w, xs = torch.from_numpy(weight).cuda(), torch.from_numpy(x).cuda()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.matmul(xs, w.T)
+    times = []
+    for _ in range(repeats):
+        start.record()
+        torch.matmul(xs, w.T)
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return float(np.median(times))
+
+
+def rate(flop, ms):
+    """GFLOP/s; the simulator's events time nothing."""
+    return f"{flop / ms / 1e6:.0f}" if ms else "-"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=768)
+    parser.add_argument("--columns", type=int, default=256)
+    parser.add_argument("--nodes", default="1,4,16,64,256,1024")
+    parser.add_argument("--threads", type=int, default=device.threads_per_block())
+    parser.add_argument("--repeats", type=int, default=200)
+    args = parser.parse_args()
+    blocks = device.multiprocessors()
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
+    on_device = cuda.to_device(weight)
+    print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "
+          "ms per product (median of CUDA events), GFLOP/s in brackets")
+    for nodes in map(int, args.nodes.split(",")):
+        x = rng.normal(size=(nodes, args.columns)).astype(np.float32)
+        x_device, y = cuda.to_device(x), cuda.device_array((nodes, args.rows), np.float32)
+        flop = 2 * nodes * args.rows * args.columns
+        cells = []
+        for name, kernel in VARIANTS.items():
+            y.copy_to_device(np.full((nodes, args.rows), np.nan, np.float32))
+            kernel[blocks, args.threads](on_device, x_device, y, nodes)
+            np.testing.assert_allclose(y.copy_to_host(), x @ weight.T, rtol=1e-3, atol=1e-3,
+                                       err_msg=name)
+            launch = kernel[blocks, args.threads]
+            operands = (on_device, x_device, y, nodes)
+            ms = events_ms(lambda: launch(*operands), args.repeats)  # noqa: B023 (called here)
+            cells.append(f"{name} {ms:.4f} ({rate(flop, ms)})")
+        reference = cublas_ms(weight, x, args.repeats)
+        if reference is not None:
+            cells.append(f"cuBLAS {reference:.4f} ({rate(flop, reference)})")
+        print(f"{nodes:>5} nodes: " + " | ".join(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -205,6 +205,31 @@ def test_states_come_back_by_their_first_rows_or_whole_alike(monkeypatch, slack_
     assert_same_result(tree_lstm.run(forest, p, backend="cuda"), tree_lstm.reference(forest, p))
 
 
+def test_buffer_rows_are_the_next_power_of_two_and_at_least_the_smallest_bucket():
+    from recjit.codegen_cuda.buffers import SMALLEST_BUCKET, bucket
+    assert [bucket(rows) for rows in (0, 1, SMALLEST_BUCKET, SMALLEST_BUCKET + 1, 1000)] == \
+        [SMALLEST_BUCKET, SMALLEST_BUCKET, SMALLEST_BUCKET, 2 * SMALLEST_BUCKET, 1024]
+
+
+def test_buffers_keep_the_most_recently_used_layouts_only():
+    from recjit.codegen_cuda.buffers import KEPT_LAYOUTS, DeviceBuffers
+    buffers = DeviceBuffers()
+
+    def states(nodes=1, columns=1):
+        return buffers.states(nodes, {"state_0": columns}, np.float64)
+
+    first = states()
+    assert states(nodes=2) is first  # the same bucket of rows
+    for columns in range(2, KEPT_LAYOUTS + 1):
+        states(columns=columns)
+    assert states() is first
+    states(columns=KEPT_LAYOUTS + 1)
+    assert states() is first  # used last, so another layout went
+    for columns in range(KEPT_LAYOUTS + 2, 2 * KEPT_LAYOUTS + 2):
+        states(columns=columns)
+    assert states() is not first
+
+
 def test_device_output_is_not_overwritten_by_the_next_run():
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", 8)
     first, second = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.from_nested([(4, (5, 6))])

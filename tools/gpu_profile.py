@@ -11,6 +11,7 @@ import sys
 import time
 
 import numpy as np
+from gpu_products import events_ms
 from numba import cuda
 
 from recjit.codegen_cuda import device
@@ -41,25 +42,10 @@ def profile(name, hidden, batch, trees, runs):
     def launch_only():
         kernel.run(linearized, p, shapes)
 
-    start, stop = cuda.event(), cuda.event()
-    timings = {}
-    for label, call in (("run", whole), ("kernel.run", launch_only)):
-        call()
-        seconds = []
-        for _ in range(runs):
-            begin = time.perf_counter()
-            call()
-            seconds.append(time.perf_counter() - begin)
-        timings[label] = 1e3 * float(np.median(seconds))
-    gpu = []
-    for _ in range(runs):
-        start.record()
-        kernel.run(linearized, p, shapes)
-        stop.record()
-        stop.synchronize()
-        gpu.append(start.elapsed_time(stop))
-    timings["events around the call"] = float(np.median(gpu))
-    timings.update(pieces(kernel, linearized, p, runs))
+    timings = {label: 1e3 * bench.median_seconds([call] * (runs + 1))
+               for label, call in (("run", whole), ("kernel.run", launch_only))}
+    timings["events around the call"] = events_ms(launch_only, runs)
+    timings.update(pieces(kernel, linearized, p, shapes, runs))
     print(f"\n## {name} h{hidden} b{batch}: {linearized.num_nodes} nodes; "
           + ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), flush=True)
     profiler = cProfile.Profile()
@@ -70,7 +56,7 @@ def profile(name, hidden, batch, trees, runs):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(10)
 
 
-def pieces(kernel, linearized, p, runs):
+def pieces(kernel, linearized, p, shapes, runs):
     """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
     launch alone between CUDA events."""
     from recjit.codegen_cuda import _parameter, forest_arguments
@@ -107,8 +93,8 @@ def pieces(kernel, linearized, p, runs):
         stop.record()
         lap("launch (host)")
         steps["launch (events)"].append(start.elapsed_time(stop))
-        for state in states.values():
-            state.copy_to_host()
+        kernel.result([states[name] for name, _ in kernel.kernel.states], shapes, linearized,
+                      device_output=False)
         lap("copy back")
     return {step: float(np.median(times)) for step, times in steps.items()}
 
@@ -125,18 +111,9 @@ def barrier_cost(runs):
 
     out = cuda.device_array(1, np.int64)
     blocks = device.multiprocessors()
-    start, stop = cuda.event(), cuda.event()
     for count in (0, 100):
-        barriers[blocks, 256](count, out)
-        times = []
-        for _ in range(runs):
-            start.record()
-            barriers[blocks, 256](count, out)
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop))
-        print(f"## {count} grid syncs, {blocks} blocks x 256: {np.median(times):.4f} ms",
-              flush=True)
+        ms = events_ms(lambda count=count: barriers[blocks, 256](count, out), runs)
+        print(f"## {count} grid syncs, {blocks} blocks x 256: {ms:.4f} ms", flush=True)
 
 
 def main():

@@ -38,6 +38,16 @@ def load_rows(weight, weight_slice):
 
 
 @cuda.jit(device=True, inline=True)
+def strided_dot(weight, local, x, s, first, step):
+    """Σ W[local, k] · x[s, k] over k = first, first + step, ... below x's columns
+    (first < columns)."""
+    total = x[s, first] * weight[local, first]
+    for k in range(first + step, x.shape[1], step):
+        total += x[s, k] * weight[local, k]
+    return total
+
+
+@cuda.jit(device=True, inline=True)
 def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and begin <= r < begin + owned, by the
     threads of this block; `weight` holds W's rows from `weight_first_row` on. A warp takes
@@ -51,14 +61,9 @@ def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
         local = r - weight_first_row
         if columns < WARP:  # too short to share: the first lane alone
             if lane == 0:
-                total = x[s, 0] * weight[local, 0]
-                for k in range(1, columns):
-                    total += x[s, k] * weight[local, k]
-                y[s, r] = total
+                y[s, r] = strided_dot(weight, local, x, s, 0, 1)
         else:
-            total = x[s, lane] * weight[local, lane]
-            for k in range(lane + WARP, columns, WARP):
-                total += x[s, k] * weight[local, k]
+            total = strided_dot(weight, local, x, s, lane, WARP)
             offset = WARP // 2
             while offset > 0:
                 total += cuda.shfl_down_sync(ALL_LANES, total, offset)
@@ -70,15 +75,10 @@ def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
 @cuda.jit(device=True, inline=True)
 def multiply_rows_by_threads(weight, weight_first_row, begin, owned, x, y, rows):
     """The same products, a thread per (s, r): numba's simulator has no warp shuffles."""
-    columns = x.shape[1]
     for item in range(cuda.threadIdx.x, rows * owned, cuda.blockDim.x):
         s = item // owned
         r = begin + item % owned
-        local = r - weight_first_row
-        total = x[s, 0] * weight[local, 0]
-        for k in range(1, columns):
-            total += x[s, k] * weight[local, k]
-        y[s, r] = total
+        y[s, r] = strided_dot(weight, r - weight_first_row, x, s, 0, 1)
 
 
 multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps

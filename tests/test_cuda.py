@@ -230,6 +230,19 @@ def test_buffers_keep_the_most_recently_used_layouts_only():
     assert states() is not first
 
 
+def test_forest_arrays_of_several_dtypes_and_odd_sizes_go_up_in_one_buffer_intact():
+    from recjit.codegen_cuda.buffers import DeviceBuffers
+    arrays = {"weights": np.arange(3, dtype=np.float32) / 7,  # 12 bytes, then padding
+              "children": np.arange(10, dtype=np.int64).reshape(5, 2) - 4,
+              "mask": np.array([1, 0, 1], dtype=np.int8),
+              "inputs": np.linspace(-1, 1, 9).reshape(3, 3)}
+    views = DeviceBuffers().forest(arrays)
+    for name, values in arrays.items():
+        on_host = views[name].copy_to_host()
+        assert on_host.dtype == values.dtype
+        np.testing.assert_array_equal(on_host[:len(values)], values)
+
+
 def test_device_output_is_not_overwritten_by_the_next_run():
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", 8)
     first, second = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.from_nested([(4, (5, 6))])

@@ -2,7 +2,7 @@
 each device allocation and on each view of a device array, more than a small forest's whole
 kernel takes (tools/gpu_profile.py). So a run's arrays are sized up to a bucket, the next power
 of two of their rows, and kept: a forest whose sizes fall in buckets seen before allocates
-nothing, makes no views, and reaches the device in one copy per dtype.
+nothing, makes no views, and reaches the device in one packed copy.
 
 The kernels never read an array's row count (sizes come in as scalars), so rows past a forest's
 own are never touched; only the columns of a state or scratch array are its real ones."""
@@ -15,6 +15,8 @@ from . import device
 # Layouts (of forests, states, scratch) kept per kernel; the least recently used goes first.
 KEPT_LAYOUTS = 8
 SMALLEST_BUCKET = 16
+# Bytes every array of a packed upload is aligned to (the widest vector load).
+ALIGNMENT = 16
 
 
 def bucket(rows):
@@ -36,30 +38,26 @@ class _Kept(OrderedDict):
 
 
 class _Upload:
-    """One layout of forest arrays: per dtype, a staging buffer on the host (pinned), its
-    copy on the device, and the device views of each array in it."""
+    """One layout of forest arrays packed into one byte buffer: pinned on the host, its copy on
+    the device, and each array's view of both. Every array starts on an ALIGNMENT boundary."""
 
     def __init__(self, layout):
-        self.slots = {}  # name: (dtype, offset, size in the staging buffer)
-        totals = {}
-        for name, dtype, shape in layout:
-            size = int(np.prod(shape))
-            self.slots[name] = (dtype, totals.get(dtype, 0), size)
-            totals[dtype] = totals.get(dtype, 0) + size
-        self.staging = {dtype: device.pinned_array(total, np.dtype(dtype))
-                        for dtype, total in totals.items()}
-        self.on_device = {dtype: device.device_array(total, np.dtype(dtype))
-                          for dtype, total in totals.items()}
-        self.views = {name: self.on_device[dtype][offset:offset + size].reshape(shape)
-                      for (name, dtype, shape), (_, offset, size)
-                      in zip(layout, self.slots.values())}
+        offsets, total = [], 0
+        for _, dtype, shape in layout:
+            offsets.append(total)
+            total += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // ALIGNMENT) * ALIGNMENT
+        self.staging = device.pinned_array(max(total, ALIGNMENT), np.uint8)
+        self.on_device = device.device_array(max(total, ALIGNMENT), np.uint8)
+        self.staged, self.views = {}, {}
+        for (name, dtype, shape), offset in zip(layout, offsets):
+            end = offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
+            self.staged[name] = self.staging[offset:end].view(dtype)
+            self.views[name] = self.on_device[offset:end].view(dtype).reshape(shape)
 
     def copy(self, arrays):
         for name, values in arrays.items():
-            dtype, offset, _ = self.slots[name]
-            self.staging[dtype][offset:offset + values.size] = values.ravel()
-        for dtype, staging in self.staging.items():
-            self.on_device[dtype].copy_to_device(staging)
+            self.staged[name][:values.size] = values.ravel()
+        self.on_device.copy_to_device(self.staging)
         return self.views
 
 

@@ -1,0 +1,112 @@
+"""The fused CUDA kernels on grids of several blocks, as a GPU runs them: the weight rows split
+over blocks (some owning fewer rows, or none), each block's slice kept in its shared memory,
+the grid barriers between phases. Without a GPU, numba's simulator runs one block per
+cooperative launch, so these tests patch it to run the blocks at once (`simulated_grid`); on
+a GPU, the other CUDA tests already run on every multiprocessor."""
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+from numba import cuda
+
+import recjit as rj
+from recjit.codegen_cuda import device, runtime
+from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
+from lstm import lstm, make_params as lstm_params
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from tree_fc import make_params as tree_fc_params, tree_fc
+from tree_gru import make_params as tree_gru_params, tree_gru
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+
+from conftest import assert_same_result, binary_forests, seeds
+
+pytestmark = pytest.mark.skipif(not device.simulated(), reason="a GPU runs real grids")
+
+VOCAB = 12
+BINARY = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), 8])
+NARY = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
+SEQUENCES = rj.Forest.from_sequences([4, 2], fields={"word": np.array([1, 2, 3, 4, 5, 6])})
+ZOO = {"tree_lstm": (tree_lstm, tree_lstm_params, BINARY),
+       "tree_fc": (tree_fc, tree_fc_params, BINARY),
+       "mv_rnn": (mv_rnn, mv_rnn_params, BINARY),
+       "tree_gru": (tree_gru, tree_gru_params, NARY),
+       "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params, NARY),
+       "lstm": (lstm, lstm_params, SEQUENCES)}
+
+
+@contextlib.contextmanager
+def grid_of(count, model=None, warps=False):
+    """Kernels of `model` compiled inside launch fused grids of `count` blocks, which the
+    simulator runs at once (kernels compiled before, for its one block, are set aside); with
+    `warps`, their products are a GPU's, a warp per output summed by shuffles."""
+    from simulated_grid import concurrent_blocks
+    with pytest.MonkeyPatch.context() as patch, concurrent_blocks():
+        patch.setattr(device, "multiprocessors", lambda: count)
+        patch.setattr(device, "cooperative_blocks", lambda *_: count)
+        if model is not None:
+            patch.setattr(model, "_compiled", {})
+        if warps:
+            patch.setattr(runtime, "multiply_rows", runtime.multiply_rows_by_warps)
+        yield
+
+
+def check(count, model, forest, p, schedule=None, warps=False):
+    with grid_of(count, model, warps):
+        result = model.run(forest, p, backend="cuda", schedule=schedule)
+        assert model.compile(forest, p, "cuda", schedule).backend_kernel.blocks == count
+    assert_same_result(result, model.reference(forest, p))
+
+
+@cuda.jit
+def _rotate_through_the_grid(values, rotated, owner):
+    marks = cuda.shared.array(1, np.int64)
+    if cuda.threadIdx.x == 0:
+        marks[0] = cuda.blockIdx.x
+    index = cuda.grid(1)
+    values[index] = index
+    cuda.cg.this_grid().sync()
+    rotated[index] = values[(index + 37) % values.shape[0]]
+    owner[index] = marks[0]
+
+
+def test_the_simulated_grid_syncs_every_block_and_gives_each_its_shared_memory():
+    values, rotated, owner = (np.zeros(96, np.int64) for _ in range(3))
+    with grid_of(3):
+        _rotate_through_the_grid[3, 32](values, rotated, owner)
+    np.testing.assert_array_equal(rotated, (np.arange(96) + 37) % 96)
+    np.testing.assert_array_equal(owner, np.repeat(np.arange(3), 32))
+
+
+@pytest.mark.parametrize("hidden, count", [(3, 3), (5, 4), (3, 11)],
+                         ids=["even", "uneven", "idle blocks"])
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_models_on_several_blocks_equal_reference(name, hidden, count):
+    """3 blocks own 1 of 3 rows each; 4 blocks own 2, 2, 1 and 0 of 5 rows; 11 blocks own
+    one of 3 or 9 rows, or none."""
+    model, make_params, forest = ZOO[name]
+    check(count, model, forest, make_params(hidden, VOCAB, "float64", 1))
+
+
+def test_dag_rnn_on_several_blocks_equals_reference():
+    forest = grids(2, 4, 3, 3, dtype="float64", seed=2)
+    check(3, dag_rnn, forest, dag_rnn_params(4, dtype="float64", seed=2))
+
+
+@settings(max_examples=6)
+@given(count=st.integers(2, 4), persistence=st.booleans(), unroll=st.integers(1, 3),
+       refactor=st.sampled_from([None, True, False]), specialize=st.booleans(),
+       forest=binary_forests(VOCAB, max_trees=3, max_leaves=5), seed=seeds)
+def test_fused_schedules_on_several_blocks_equal_reference(count, persistence, unroll, refactor,
+                                                           specialize, forest, seed):
+    schedule = rj.Schedule(persistence=persistence, unroll=unroll, refactor=refactor,
+                           specialize=specialize)
+    check(count, tree_lstm, forest, tree_lstm_params(3, VOCAB, "float64", seed), schedule)
+
+
+@pytest.mark.parametrize("hidden", [7, 33], ids=["a lane per output", "a warp per output"])
+def test_the_gpus_warp_products_on_several_blocks_equal_reference(hidden):
+    """A GPU's products: outputs of 32 columns or more summed across a warp's lanes (33: the
+    first lane takes two columns)."""
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    check(3, tree_lstm, forest, tree_lstm_params(hidden, VOCAB, "float64", 4), warps=True)

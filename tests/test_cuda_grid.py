@@ -19,7 +19,7 @@ from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
-from conftest import assert_same_result, binary_forests, seeds
+from conftest import assert_same_result, binary_forests, nary_forests, seeds, word_sequences
 
 pytestmark = pytest.mark.skipif(not device.simulated(), reason="a GPU runs real grids")
 
@@ -93,15 +93,26 @@ def test_dag_rnn_on_several_blocks_equals_reference():
     check(3, dag_rnn, forest, dag_rnn_params(4, dtype="float64", seed=2))
 
 
-@settings(max_examples=6)
-@given(count=st.integers(2, 4), persistence=st.booleans(), unroll=st.integers(1, 3),
-       refactor=st.sampled_from([None, True, False]), specialize=st.booleans(),
-       forest=binary_forests(VOCAB, max_trees=3, max_leaves=5), seed=seeds)
-def test_fused_schedules_on_several_blocks_equal_reference(count, persistence, unroll, refactor,
-                                                           specialize, forest, seed):
+def forests_for(forest):
+    """Random forests of the structure `forest` has (binary, child-sum or sequences)."""
+    if forest is NARY:
+        return nary_forests(VOCAB, max_trees=3, max_leaves=5, max_children=3)
+    if forest is SEQUENCES:
+        return word_sequences(VOCAB, max_length=5, max_sequences=2)
+    return binary_forests(VOCAB, max_trees=3, max_leaves=5)
+
+
+@settings(max_examples=10)
+@given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
+       unroll=st.integers(1, 3), refactor=st.sampled_from([None, True, False]),
+       specialize=st.booleans(), data=st.data(), seed=seeds)
+def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence, unroll,
+                                                           refactor, specialize, data, seed):
+    model, make_params, example = ZOO[name]
     schedule = rj.Schedule(persistence=persistence, unroll=unroll, refactor=refactor,
                            specialize=specialize)
-    check(count, tree_lstm, forest, tree_lstm_params(3, VOCAB, "float64", seed), schedule)
+    check(count, model, data.draw(forests_for(example)), make_params(3, VOCAB, "float64", seed),
+          schedule)
 
 
 @pytest.mark.parametrize("hidden", [7, 33], ids=["a lane per output", "a warp per output"])

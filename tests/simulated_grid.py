@@ -63,9 +63,11 @@ class _Launch:
                                               threading.Barrier(self.threads_per_block))
 
     def warp(self, block_index, warp_index):
-        """A warp's barrier and the slots its lanes exchange values through."""
+        """A warp's barrier (for the lanes it has: a block's last warp may have fewer than
+        32) and the slots its lanes exchange values through."""
+        lanes = min(WARP, self.threads_per_block - warp_index * WARP)
         return self.warps.setdefault((tuple(block_index), warp_index),
-                                     (threading.Barrier(WARP), [None] * WARP))
+                                     (threading.Barrier(lanes), [None] * WARP))
 
     def join(self):
         """Wait for every thread; on a thread's exception, break the barriers (so that no

@@ -7,7 +7,7 @@
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
 # cores, quick-bench ~200 s, cuda-tests with PYTEST_ARGS="-n 6" ~60 s, profile ~20 s,
-# products ~30 s).
+# products, at 256 and 1024 threads a block and on TreeFC's shape, not yet timed: limit 150 s).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -49,7 +49,10 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
         profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;
-        products) stage products 90 python3 tools/gpu_products.py ;;
+        products) stage products 150 bash -c 'set -e
+            python3 tools/gpu_products.py
+            python3 tools/gpu_products.py --threads 1024
+            python3 tools/gpu_products.py --rows 256 --columns 512 --nodes 40,160,640' ;;
         quick-bench) stage quick-bench 240 python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" --machine gpu-quick ;;
         bench) stage bench 560 python3 benchmarks/bench.py --cuda --trees "$TREES" ;;

@@ -72,7 +72,7 @@ class _Launch:
     def join(self):
         """Wait for every thread; on a thread's exception, break the barriers (so that no
         thread waits for it forever) and raise it."""
-        while any(thread.is_alive() for thread in self.threads):
+        while True:
             failed = next((t for t in self.threads if t.exception), None)
             if failed:
                 barriers = (self.grid_barrier, *self.block_barriers.values(),
@@ -80,10 +80,9 @@ class _Launch:
                 for barrier in barriers:
                     barrier.abort()
                 raise failed.exception[0].with_traceback(failed.exception[1])
+            if not any(thread.is_alive() for thread in self.threads):
+                return
             time.sleep(0.001)
-        failed = next((t for t in self.threads if t.exception), None)
-        if failed:
-            raise failed.exception[0].with_traceback(failed.exception[1])
 
 
 class _ConcurrentBlocks(simulated_kernel.BlockManager):

@@ -24,15 +24,20 @@ from conftest import assert_same_result, binary_forests, nary_forests, seeds, wo
 pytestmark = pytest.mark.skipif(not device.simulated(), reason="a GPU runs real grids")
 
 VOCAB = 12
-BINARY = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), 8])
-NARY = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
-SEQUENCES = rj.Forest.from_sequences([4, 2], fields={"word": np.array([1, 2, 3, 4, 5, 6])})
-ZOO = {"tree_lstm": (tree_lstm, tree_lstm_params, BINARY),
-       "tree_fc": (tree_fc, tree_fc_params, BINARY),
-       "mv_rnn": (mv_rnn, mv_rnn_params, BINARY),
-       "tree_gru": (tree_gru, tree_gru_params, NARY),
-       "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params, NARY),
-       "lstm": (lstm, lstm_params, SEQUENCES)}
+# structure: (a forest of it, random forests of it)
+STRUCTURES = {
+    "binary": (rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), 8]),
+               binary_forests(VOCAB, max_trees=3, max_leaves=5)),
+    "child-sum": (rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)]),
+                  nary_forests(VOCAB, max_trees=3, max_leaves=5, max_children=3)),
+    "sequences": (rj.Forest.from_sequences([4, 2], fields={"word": np.array([1, 2, 3, 4, 5, 6])}),
+                  word_sequences(VOCAB, max_length=5, max_sequences=2))}
+ZOO = {"tree_lstm": (tree_lstm, tree_lstm_params, "binary"),
+       "tree_fc": (tree_fc, tree_fc_params, "binary"),
+       "mv_rnn": (mv_rnn, mv_rnn_params, "binary"),
+       "tree_gru": (tree_gru, tree_gru_params, "child-sum"),
+       "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params, "child-sum"),
+       "lstm": (lstm, lstm_params, "sequences")}
 
 
 @contextlib.contextmanager
@@ -84,7 +89,8 @@ def test_the_simulated_grid_syncs_every_block_and_gives_each_its_shared_memory()
 def test_zoo_models_on_several_blocks_equal_reference(name, hidden, count):
     """3 blocks own 1 of 3 rows each; 4 blocks own 2, 2, 1 and 0 of 5 rows; 11 blocks own
     one of 3 or 9 rows, or none."""
-    model, make_params, forest = ZOO[name]
+    model, make_params, structure = ZOO[name]
+    forest, _ = STRUCTURES[structure]
     check(count, model, forest, make_params(hidden, VOCAB, "float64", 1))
 
 
@@ -93,25 +99,17 @@ def test_dag_rnn_on_several_blocks_equals_reference():
     check(3, dag_rnn, forest, dag_rnn_params(4, dtype="float64", seed=2))
 
 
-def forests_for(forest):
-    """Random forests of the structure `forest` has (binary, child-sum or sequences)."""
-    if forest is NARY:
-        return nary_forests(VOCAB, max_trees=3, max_leaves=5, max_children=3)
-    if forest is SEQUENCES:
-        return word_sequences(VOCAB, max_length=5, max_sequences=2)
-    return binary_forests(VOCAB, max_trees=3, max_leaves=5)
-
-
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
        unroll=st.integers(1, 3), refactor=st.sampled_from([None, True, False]),
        specialize=st.booleans(), data=st.data(), seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence, unroll,
                                                            refactor, specialize, data, seed):
-    model, make_params, example = ZOO[name]
+    model, make_params, structure = ZOO[name]
+    _, forests = STRUCTURES[structure]
     schedule = rj.Schedule(persistence=persistence, unroll=unroll, refactor=refactor,
                            specialize=specialize)
-    check(count, model, data.draw(forests_for(example)), make_params(3, VOCAB, "float64", seed),
+    check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
           schedule)
 
 

@@ -84,10 +84,7 @@ def pieces(kernel, linearized, p, shapes, runs):
         states = kernel.buffers.states(linearized.num_nodes, dict(kernel.kernel.states), dtype)
         scratch = kernel.scratch_for(scalars, dtype)
         lap("states, scratch")
-        arrays = {**on_device, **parameters, **states}
-        arguments = [scalars[name] for name in kernel.kernel.scalars]
-        arguments += [arrays[name] for name in kernel.kernel.arrays]
-        arguments += [scratch[array.name] for array in kernel.scratch]
+        arguments = kernel.arguments(scalars, {**on_device, **parameters, **states}, scratch)
         start.record()
         kernel.launch_fused(arguments)
         stop.record()

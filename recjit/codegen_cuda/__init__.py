@@ -105,10 +105,7 @@ class CudaKernel:
         with _running:
             states = self.buffers.states(linearized.num_nodes, dict(self.kernel.states), dtype)
             arrays = {**self.buffers.forest(forest_arrays), **parameters, **states}
-            scratch = self.scratch_for(scalars, dtype)
-            arguments = [scalars[name] for name in self.kernel.scalars]
-            arguments += [arrays[name] for name in self.kernel.arrays]
-            arguments += [scratch[array.name] for array in self.scratch]
+            arguments = self.arguments(scalars, arrays, self.scratch_for(scalars, dtype))
             if self.fusion:
                 self.launch_fused(arguments)
             else:
@@ -116,6 +113,12 @@ class CudaKernel:
                 self.function(self.launch, *arguments, *hosts)
             return self.result([states[name] for name, _ in self.kernel.states], shapes,
                                linearized, device_output)
+
+    def arguments(self, scalars, arrays, scratch):
+        """The kernel's arguments in the order of its signature."""
+        return ([scalars[name] for name in self.kernel.scalars]
+                + [arrays[name] for name in self.kernel.arrays]
+                + [scratch[array.name] for array in self.scratch])
 
     def result(self, states, shapes, linearized, device_output):
         """The states' first `num_nodes` rows (the rest is the buffers' slack) in the

@@ -42,17 +42,17 @@ class _Upload:
     the device, and each array's view of both. Every array starts on an ALIGNMENT boundary."""
 
     def __init__(self, layout):
-        offsets, total = [], 0
+        spans, total = [], 0  # each array's bytes [begin, end) in the buffer
         for _, dtype, shape in layout:
-            offsets.append(total)
-            total += -(-int(np.prod(shape)) * np.dtype(dtype).itemsize // ALIGNMENT) * ALIGNMENT
+            end = total + int(np.prod(shape)) * np.dtype(dtype).itemsize
+            spans.append((total, end))
+            total = -(-end // ALIGNMENT) * ALIGNMENT
         self.staging = device.pinned_array(max(total, ALIGNMENT), np.uint8)
         self.on_device = device.device_array(max(total, ALIGNMENT), np.uint8)
         self.staged, self.views = {}, {}
-        for (name, dtype, shape), offset in zip(layout, offsets):
-            end = offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
-            self.staged[name] = self.staging[offset:end].view(dtype)
-            self.views[name] = self.on_device[offset:end].view(dtype).reshape(shape)
+        for (name, dtype, shape), (begin, end) in zip(layout, spans):
+            self.staged[name] = self.staging[begin:end].view(dtype)
+            self.views[name] = self.on_device[begin:end].view(dtype).reshape(shape)
 
     def copy(self, arrays):
         for name, values in arrays.items():

@@ -333,6 +333,32 @@ def test_parameters_exposing_the_cuda_array_interface_are_used_in_place():
                        tree_rnn.reference(forest, p))
 
 
+@rj.recursive_model(arity=2)
+def rnn_of_described_parameters(node, p):
+    """TreeRNN as a model of its own, which only the test below compiles: nothing cached."""
+    if node.is_leaf:
+        return p.E[node.word]
+    return rj.tanh(p.W @ rnn_of_described_parameters(node.left, p)
+                   + p.U @ rnn_of_described_parameters(node.right, p) + p.b)
+
+
+@pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the GPU test above uses real arrays")
+def test_compiling_reads_a_device_parameters_shape_and_dtype_not_its_values():
+    """A parameter that only describes itself (`__cuda_array_interface__`) compiles; the
+    simulator then refuses it by name, where the values would go to the kernel."""
+
+    class Described:
+        def __init__(self, array):
+            self.__cuda_array_interface__ = {"shape": array.shape, "typestr": array.dtype.str,
+                                             "data": (0, False), "version": 3}
+
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", 4)
+    described = rj.DeviceParams(**{name: Described(getattr(p, name)) for name in p.names()})
+    with pytest.raises(rj.InputError, match="parameter 'E' is a GPU array"):
+        rnn_of_described_parameters.run(rj.Forest.from_nested([((1, 2), 3)]), described,
+                                        backend="cuda")
+
+
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="this machine has a GPU")
 def test_without_a_gpu_or_the_simulator_backend_cuda_says_what_it_needs():
     program = ("import sys; sys.path.insert(0, 'examples'); import recjit as rj\n"

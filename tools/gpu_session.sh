@@ -6,7 +6,8 @@
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
-# cores, quick-bench ~200 s, cuda-tests with PYTEST_ARGS="-n 6" ~60 s, profile ~20 s,
+# cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
+# PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256 and 1024 threads a block and on TreeFC's shape, not yet timed: limit 150 s).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
@@ -45,7 +46,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
       \"driver\", cuda.cudadrv.driver.get_version(), \"runtime\", cuda.runtime.get_version())"' ;;
         cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
-            tests/test_cuda.py tests/test_cuda_runtime.py ;;
+            tests/test_cuda.py tests/test_cuda_runtime.py tests/test_context.py tests/test_schedule.py ;;
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
         profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;

@@ -12,6 +12,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
+from ..params import shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
@@ -69,9 +70,13 @@ class ParamsView:
 
 
 class ParamArray:
-    def __init__(self, name, array):
+    """A parameter as the cell reads it: its shape and dtype, never its values (a device
+    array stays on the device)."""
+
+    def __init__(self, name, shape, dtype):
         self.name = name
-        self.array = array
+        self.shape = shape
+        self.dtype = dtype
 
 
 class NodeField:
@@ -139,17 +144,17 @@ class CaseBuilder:
         if array is None:
             raise InputError(f"parameter {name!r} is missing from the parameters "
                              f"(read at {source.filename}:{source.lineno(node)})")
-        array = np.asarray(array)
-        if array.dtype.kind != "f":
-            raise InputError(f"parameter {name!r} has dtype {array.dtype}; parameters "
+        shape, dtype = shape_and_dtype(array)
+        if dtype.kind != "f":
+            raise InputError(f"parameter {name!r} has dtype {dtype}; parameters "
                              f"must be float32 or float64 arrays")
-        return ParamArray(name, array)
+        return ParamArray(name, shape, dtype)
 
     def tensor(self, value, source, node):
         if isinstance(value, Tensor):
             return value
         if isinstance(value, ParamArray):
-            return self.emit("param", (), (value.name,), value.array.shape, source.lineno(node))
+            return self.emit("param", (), (value.name,), value.shape, source.lineno(node))
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
             return self.emit("const", (), (float(value),), (), source.lineno(node))
         raise UnsupportedError(f"{_describe(value)} cannot be used as a tensor here",
@@ -343,7 +348,7 @@ class Interpreter:
         if isinstance(base, ParamsView):
             return builder.parameter(node.attr, self.source, node)
         if isinstance(base, (Tensor, ParamArray)) and node.attr == "shape":
-            return tuple(base.shape if isinstance(base, Tensor) else base.array.shape)
+            return tuple(base.shape)
         if isinstance(base, (Tensor, ParamArray)):
             raise self.unsupported(f"tensor attribute `.{node.attr}` is not part of the cell "
                                    "language", node)
@@ -400,12 +405,12 @@ class Interpreter:
                                        f"{self.builder.num_children} children", node)
             return NodeView(index)
         if isinstance(base, ParamArray) and isinstance(index, NodeField):
-            if base.array.ndim == 0:
+            if len(base.shape) == 0:
                 raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "
                                        "indexed by a field", node)
             self.builder.gathers.add((base.name, index.name))
             return self.builder.emit("gather", (), (base.name, index.name),
-                                     base.array.shape[1:], self.source.lineno(node))
+                                     base.shape[1:], self.source.lineno(node))
         if isinstance(base, (tuple, list)) and isinstance(index, int):
             return base[index]
         raise self.unsupported(f"indexing {_describe(base)} by {_describe(index)} is not "
@@ -742,8 +747,8 @@ def build_cell_ir(model, source, params, field_specs, arity):
     for case in cases:
         for op in case.ops:
             if op.kind == "param" or op.kind == "gather":
-                parameters[op.attrs[0]] = np.asarray(getattr(params, op.attrs[0])).shape
-    dtypes = {np.asarray(getattr(params, name)).dtype for name in parameters}
+                parameters[op.attrs[0]] = shape_and_dtype(getattr(params, op.attrs[0]))[0]
+    dtypes = {shape_and_dtype(getattr(params, name))[1] for name in parameters}
     if len(dtypes) > 1:
         raise InputError(f"parameters mix dtypes {sorted(str(d) for d in dtypes)}; "
                          "use one of float32 or float64 throughout")

@@ -125,7 +125,9 @@ def peers(name, cuda):
     return found
 
 
-def measure(benchmark, hidden, batch, forests, repeat, cuda):
+def measure(benchmark, hidden, batch, forests, repeat, cuda, cuda_threads=()):
+    """One row: every candidate on the same forests. `cuda_threads`: also run recjit's CUDA
+    kernel at each of these threads a block (`Schedule(threads=...)`), beside the default."""
     module = importlib.import_module(benchmark.name)
     model = getattr(module, benchmark.name)
     vocab_size = max(int(f.fields["word"].max()) + 1 for f in forests) \
@@ -151,6 +153,11 @@ def measure(benchmark, hidden, batch, forests, repeat, cuda):
         row["cuda_compile_s"] = time.perf_counter() - start
         candidates["recjit cuda"] = lambda f: (
             lambda: model.run(f, on_device, backend="cuda").roots[0])
+        for threads in cuda_threads:
+            schedule = rj.Schedule(threads=threads)
+            model.run(forests[0], on_device, backend="cuda", schedule=schedule)
+            candidates[f"recjit cuda {threads} threads"] = lambda f, schedule=schedule: (
+                lambda: model.run(f, on_device, backend="cuda", schedule=schedule).roots[0])
     for peer, factory in peers(benchmark.name, cuda).items():
         if isinstance(factory, str):
             row["absent"][peer] = factory
@@ -190,7 +197,7 @@ def targets(results):
     ratio(("tree_lstm", 256, 1), "dynet autobatch", 5, "TreeLSTM h256 b1: ≥ 5x DyNet")
     slowest = min(((speedup, f"{row['model']} h{row['hidden']} b{row['batch']} vs {peer}")
                    for row in results["rows"] for peer, speedup in row["speedup"].items()
-                   if peer not in ("recjit cuda", *GPU_PEERS)),
+                   if not peer.startswith("recjit cuda") and peer not in GPU_PEERS),
                   default=None)
     if slowest:
         judged.append(("every model run faster than every peer",
@@ -345,6 +352,9 @@ def main():
     parser.add_argument("--quick", action="store_true", help="hs only, fewer batches (< 2 min)")
     parser.add_argument("--machine", default=None,
                         help="results file name (default: the GPU's name, else cpu-<n>core)")
+    parser.add_argument("--cuda-threads", default="",
+                        help="comma-separated threads a block to run recjit's CUDA kernel at "
+                             "too, beside the default (Schedule(threads=...))")
     args = parser.parse_args()
     header, trees = setup(parser, args, args.machine)
     gpu = header["gpu"]
@@ -357,7 +367,8 @@ def main():
         for hidden in benchmark.hidden[:1] if args.quick else benchmark.hidden:
             for batch in (1, 10):
                 forests = batches(benchmark, trees, batch, count, hidden)
-                row = measure(benchmark, hidden, batch, forests, repeat, gpu is not None)
+                row = measure(benchmark, hidden, batch, forests, repeat, gpu is not None,
+                              [int(t) for t in args.cuda_threads.split(",") if t])
                 results["rows"].append(row)
                 print(f"{row['model']:>16} h{hidden:<4} b{batch:<3} recjit "
                       f"{row['ms']['recjit cpu']:8.3f} ms {row['gflops']:6.1f} GFLOP/s | "

@@ -262,7 +262,7 @@ def backend_kernel(backend, kernel, fast_math, schedule, parameters):
         return CpuKernel(kernel, fast_math)
     from .codegen_cuda import CudaKernel  # numba.cuda is imported only when asked for
     weight_shapes = {param_name(name): shape for name, shape, _ in parameters}
-    return CudaKernel(kernel, fast_math, schedule.fusion, schedule.persistence, weight_shapes)
+    return CudaKernel(kernel, fast_math, schedule, weight_shapes)
 
 
 def check_finite_inputs(cell, forest, p):

@@ -7,6 +7,10 @@ from dataclasses import dataclass, fields, replace
 
 from .errors import ScheduleError
 
+# The most threads a CUDA block may have: at 1024 a thread gets 64 registers, and the fused
+# kernels spill over a kilobyte of them (ptxas, sm_90).
+MAX_THREADS = 512
+
 
 @dataclass(frozen=True)
 class Schedule:
@@ -39,7 +43,9 @@ class Schedule:
       approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
       compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
     - `row_block`: CPU, the weight rows one `matmul_rows` call takes; a worker walks its share
-      of a product's rows block by block."""
+      of a product's rows block by block.
+    - `threads` (CUDA): threads a block, a multiple of 32 up to 512; the kernels are compiled
+      with it as their launch bound, so their registers fit. None: the backend's default."""
 
     dynamic_batching: bool = True
     specialize: bool = True
@@ -50,6 +56,7 @@ class Schedule:
     refactor: bool = None
     fast_math: bool = True
     row_block: int = 32
+    threads: int = None
 
     def __post_init__(self):
         for field in fields(self):
@@ -64,6 +71,13 @@ class Schedule:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ScheduleError(f"Schedule.{name} must be a positive integer, not {value!r}")
+
+        if self.threads is not None and (isinstance(self.threads, bool)
+                                         or not isinstance(self.threads, int)
+                                         or not 0 < self.threads <= MAX_THREADS
+                                         or self.threads % 32):
+            raise ScheduleError(f"Schedule.threads must be a multiple of 32 up to {MAX_THREADS} "
+                                f"(threads a CUDA block) or None, not {self.threads!r}")
 
     def but(self, **changes):
         """This schedule with some fields changed."""

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from recjit.codegen_cuda import device
+from recjit.schedule import MAX_THREADS
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
@@ -184,6 +185,18 @@ def test_products_of_more_columns_than_a_warp_has_lanes_equal_reference(schedule
     summed by shuffles; narrower ones, as in the other tests here, by one lane."""
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     check(tree_lstm, forest, tree_lstm_params(45, VOCAB, "float64", 12), schedule)
+
+
+@pytest.mark.parametrize("fusion", [True, False], ids=["fused", "unfused"])
+def test_a_schedules_threads_a_block_run_every_launch_and_equal_reference(fusion):
+    """64 threads a block in the simulator (its default is 32), the most on a GPU."""
+    threads = 64 if config.ENABLE_CUDASIM else MAX_THREADS
+    schedule = rj.Schedule(fusion=fusion, threads=threads)
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(45, VOCAB, "float64", 13)
+    check(tree_lstm, forest, p, schedule)
+    explained = tree_lstm.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
+    assert fusion is False or f"{threads} threads" in explained
 
 
 def test_forests_growing_and_shrinking_in_turn_each_equal_reference():

@@ -1,5 +1,5 @@
 """The CUDA runtime's matrix product on its own, on a real GPU: each way `runtime.py` has of
-computing a block's weight rows (a warp per output, a thread per output), over a grid of one
+computing a block's weight rows (a warp or a thread per node and four rows), over a grid of one
 block per multiprocessor as the fused kernel launches it, against cuBLAS (through PyTorch) on
 the same shapes. Checked against NumPy first; timed with CUDA events, median of many launches.
 
@@ -12,10 +12,10 @@ from numba import cuda
 from recjit.codegen_cuda import device, runtime
 
 
-def product_kernel(multiply_rows):
-    """A launch that computes y = x Wᵀ the way a fused kernel's batch does: each block its
-    own rows of W, read from global memory (L2)."""
-    @cuda.jit
+def product_kernel(multiply_rows, threads):
+    """A launch of `threads` threads a block that computes y = x Wᵀ the way a fused kernel's
+    batch does: each block its own rows of W, read from global memory (L2)."""
+    @cuda.jit(launch_bounds=threads)
     def product(weight, x, y, rows):
         begin = runtime.first_row(weight.shape[0])
         owned = min(runtime.rows_per_block(weight.shape[0]), weight.shape[0] - begin)
@@ -23,8 +23,8 @@ def product_kernel(multiply_rows):
     return product
 
 
-VARIANTS = {"warp per output": product_kernel(runtime.multiply_rows_by_warps),
-            "thread per output": product_kernel(runtime.multiply_rows_by_threads)}
+VARIANTS = {"warp per node": runtime.multiply_rows_by_warps,
+            "thread per node": runtime.multiply_rows_by_threads}
 
 
 def events_ms(launch, repeats):
@@ -78,6 +78,7 @@ def main():
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
     on_device = cuda.to_device(weight)
+    kernels = {name: product_kernel(multiply, args.threads) for name, multiply in VARIANTS.items()}
     print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "
           "ms per product (median of CUDA events), GFLOP/s in brackets")
     for nodes in map(int, args.nodes.split(",")):
@@ -85,7 +86,7 @@ def main():
         x_device, y = cuda.to_device(x), cuda.device_array((nodes, args.rows), np.float32)
         flop = 2 * nodes * args.rows * args.columns
         cells = []
-        for name, kernel in VARIANTS.items():
+        for name, kernel in kernels.items():
             y.copy_to_device(np.full((nodes, args.rows), np.nan, np.float32))
             kernel[blocks, args.threads](on_device, x_device, y, nodes)
             np.testing.assert_allclose(y.copy_to_host(), x @ weight.T, rtol=1e-3, atol=1e-3,

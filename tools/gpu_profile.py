@@ -1,7 +1,7 @@
 """Where a CUDA `model.run` spends its time on a real GPU: the whole call against the kernel
 alone (timed with CUDA events), and the host's share by function (cProfile).
 
-    python tools/gpu_profile.py [--trees .gpu/test.txt] [--models tree_fc,tree_lstm]"""
+    python tools/gpu_profile.py [--trees .gpu/test.txt] [--models tree_fc,tree_lstm] [--threads 512]"""
 import argparse
 import cProfile
 import importlib
@@ -14,6 +14,7 @@ import numpy as np
 from gpu_products import events_ms
 from numba import cuda
 
+import recjit as rj
 from recjit.codegen_cuda import device
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -21,7 +22,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench
 
 
-def profile(name, hidden, batch, trees, runs):
+def profile(name, hidden, batch, trees, runs, schedule):
     benchmark = next(b for b in bench.ZOO if b.name == name)
     forests = bench.batches(benchmark, trees, batch, 1, hidden)
     module = importlib.import_module(name)
@@ -29,13 +30,13 @@ def profile(name, hidden, batch, trees, runs):
     vocab = int(forests[0].fields["word"].max()) + 1 if "word" in forests[0].fields else 1
     p = module.make_params(hidden, vocab, "float32").to_device()
     forest = forests[0]
-    model.run(forest, p, backend="cuda")
-    compiled = model.compile(forest, p, backend="cuda")
+    model.run(forest, p, backend="cuda", schedule=schedule)
+    compiled = model.compile(forest, p, backend="cuda", schedule=schedule)
     linearized = model.linearize(forest)
     kernel = compiled.backend_kernel
 
     def whole():
-        model.run(forest, p, backend="cuda")
+        model.run(forest, p, backend="cuda", schedule=schedule)
 
     shapes = compiled.cell.state_shapes
 
@@ -46,7 +47,8 @@ def profile(name, hidden, batch, trees, runs):
                for label, call in (("run", whole), ("kernel.run", launch_only))}
     timings["events around the call"] = events_ms(launch_only, runs)
     timings.update(pieces(kernel, linearized, p, shapes, runs))
-    print(f"\n## {name} h{hidden} b{batch}: {linearized.num_nodes} nodes; "
+    print(f"\n## {name} h{hidden} b{batch}, {kernel.threads} threads a block: "
+          f"{linearized.num_nodes} nodes; "
           + ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), flush=True)
     profiler = cProfile.Profile()
     profiler.enable()
@@ -118,14 +120,17 @@ def main():
     parser.add_argument("--trees", default=bench.DEFAULT_TREES)
     parser.add_argument("--models", default="tree_fc,tree_lstm")
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads a block (Schedule(threads=...)); default: the backend's")
     args = parser.parse_args()
+    schedule = rj.Schedule(threads=args.threads)
     with open(args.trees) as handle:
         trees = [line for line in handle if line.strip()]
     barrier_cost(args.runs)
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
         for batch in (1, 10):
-            profile(name, hidden, batch, trees, args.runs)
+            profile(name, hidden, batch, trees, args.runs, schedule)
 
 
 if __name__ == "__main__":

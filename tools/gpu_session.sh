@@ -8,7 +8,8 @@
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
 # cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
 # PYTEST_ARGS="-n 12", profile ~20 s,
-# products, at 256 and 1024 threads a block and on TreeFC's shape, not yet timed: limit 150 s).
+# products, at 256, 512 and 1024 threads a block and on TreeFC's shape, ~60 s: limit 150 s).
+# PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -49,13 +50,15 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             tests/test_cuda.py tests/test_cuda_runtime.py tests/test_context.py tests/test_schedule.py ;;
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
-        profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ;;
+        profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;
         products) stage products 150 bash -c 'set -e
-            python3 tools/gpu_products.py
-            python3 tools/gpu_products.py --threads 1024
-            python3 tools/gpu_products.py --rows 256 --columns 512 --nodes 40,160,640' ;;
-        quick-bench) stage quick-bench 240 python3 benchmarks/bench.py --quick --cuda \
-            --trees "$TREES" --machine gpu-quick ;;
+            for threads in 256 512 1024; do python3 tools/gpu_products.py --threads $threads; done
+            for threads in 256 512; do
+                python3 tools/gpu_products.py --threads $threads --rows 256 --columns 512 \
+                    --nodes 40,160,640
+            done' ;;
+        quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
+            --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench 560 python3 benchmarks/bench.py --cuda --trees "$TREES" ;;
         ablation) stage ablation 400 python3 benchmarks/ablation.py --cuda --trees "$TREES" ;;
         *) echo "unknown stage $name"; exit 2 ;;

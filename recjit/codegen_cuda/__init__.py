@@ -27,17 +27,17 @@ class CudaKernel:
     plumbing: the forest's arrays go to the device in one packed copy, the parameters unless
     they are there already (`DeviceParams`)."""
 
-    def __init__(self, kernel, fast_math, fusion, persistence, weight_shapes):
+    def __init__(self, kernel, fast_math, schedule, weight_shapes):
         device.require_device()
         self.kernel = kernel
         self.fast_math = fast_math
-        self.fusion = fusion
-        self.persistence = persistence
+        self.fusion = schedule.fusion
+        self.persistence = schedule.persistence
         self.weight_shapes = weight_shapes
-        self.threads = device.threads_per_block()
+        self.threads = schedule.threads or device.threads_per_block()
         self.scratch = scratch_arrays(kernel)
         self.buffers = DeviceBuffers()
-        self.configure(device.multiprocessors() if fusion else None)
+        self.configure(device.multiprocessors() if self.fusion else None)
 
     def configure(self, blocks):
         """Generate and load the source for a fused grid of `blocks` blocks (or unfused)."""
@@ -52,11 +52,13 @@ class CudaKernel:
                   f"{launches}).")
         if self.fusion:
             self.persistent = self.plan_persistence(blocks)
-            self.source = emit_fused(self.kernel, self.fast_math, header, self.persistent)
+            self.source = emit_fused(self.kernel, self.fast_math, header, self.persistent,
+                                     device.launch_bound(self.threads))
             self.host_arrays = ()
         else:
             self.persistent = {}
-            self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header)
+            self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header,
+                                                         device.launch_bound(self.threads))
         module = load_module(self.source, f"{self.kernel.name}_cuda", runtime.__file__)
         self.function = getattr(module, self.kernel.name)
         self.checked_occupancy = not self.fusion

@@ -239,18 +239,20 @@ def _module_header(kernel, header, runtime_names):
             f"real = np.{kernel.dtype}", MATH, ""]
 
 
-def _jit(fast_math):
-    return f"@cuda.jit(fastmath={fast_math}, cache=True)"
+def _jit(fast_math, launch_bound):
+    bound = "" if launch_bound is None else f", launch_bounds={launch_bound}"
+    return f"@cuda.jit(fastmath={fast_math}, cache=True{bound})"
 
 
-def emit_fused(kernel, fast_math, header, persistent):
+def emit_fused(kernel, fast_math, header, persistent, launch_bound):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
-    shape of a block's slice of it."""
+    shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
+    (None: no bound)."""
     arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
     runtime_names = ["first_row", "load_rows", "matmul_rows"] if persistent else ["matmul_rows"]
     lines = _module_header(kernel, header, runtime_names) + [
-        _jit(fast_math), f"def {kernel.name}({', '.join(arguments)}):",
+        _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):",
         "    grid = cuda.cg.this_grid()",
         "    thread = cuda.grid(1)",
         "    threads = cuda.gridsize(1)"]
@@ -321,7 +323,7 @@ def free_names(statement):
     return used
 
 
-def emit_unfused(kernel, fast_math, header):
+def emit_unfused(kernel, fast_math, header, launch_bound):
     """(source, host arrays): a kernel per parallel statement and the host function that
     launches them, `launch(kernel, items, arguments)` running one over `items` work items (or
     over `items` blocks, `one_block_per_item=True`); it takes host copies of the structure
@@ -342,7 +344,7 @@ def emit_unfused(kernel, fast_math, header):
             if isinstance(statement, Loop) and statement.parallel:
                 name = f"{kernel.name}_{len(kernels)}"
                 arguments = free_names(statement)
-                signature = [_jit(fast_math), f"def {name}({', '.join(arguments)}):"]
+                signature = [_jit(fast_math, launch_bound), f"def {name}({', '.join(arguments)}):"]
                 emitter = Emitter()
                 if statement.one_worker:
                     emitter.block_per_item(statement, 1)

@@ -3,14 +3,19 @@
 A weight's rows are split evenly over the grid's blocks: block b owns rows
 [b·n, (b+1)·n) with n = ⌈rows / blocks⌉, for the whole launch. `matmul_rows` computes only the
 owned rows, so a persistent kernel can keep them in shared memory (`load_rows`) and read them
-from there in every batch. Inside a block, each warp computes one output at a time
-(`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles, each thread
-does."""
+from there in every batch. Inside a block, each warp computes one node's products with four
+rows at a time (`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles,
+each thread does."""
 from numba import cuda
 from numba.core import config
 
+from ..schedule import MAX_THREADS
+
 WARP = 32
 ALL_LANES = 0xFFFFFFFF
+# The runtime's kernels run with the schedule's threads a block, so their registers must fit
+# the most a schedule may ask for; the simulator's `cuda.jit` takes no launch bound.
+BOUNDED = {} if config.ENABLE_CUDASIM else {"launch_bounds": MAX_THREADS}
 
 
 @cuda.jit(device=True, inline=True)
@@ -38,12 +43,44 @@ def load_rows(weight, weight_slice):
 
 
 @cuda.jit(device=True, inline=True)
-def strided_dot(weight, local, x, s, first, step):
-    """Σ W[local, k] · x[s, k] over k = first, first + step, ... below x's columns
-    (first < columns)."""
-    total = x[s, first] * weight[local, first]
+def strided_dots(weight, row, last, x, s, first, step):
+    """Σ W[r, k] · x[s, k] over k = first, first + step, ... below x's columns (first <
+    columns) for the four rows r = row ... row + 3 of `weight`, each x[s, k] loaded once for
+    all four: four independent sums, not one chain. Rows past `last` repeat it."""
+    row1, row2, row3 = min(row + 1, last), min(row + 2, last), min(row + 3, last)
+    value = x[s, first]
+    total0 = value * weight[row, first]
+    total1 = value * weight[row1, first]
+    total2 = value * weight[row2, first]
+    total3 = value * weight[row3, first]
     for k in range(first + step, x.shape[1], step):
-        total += x[s, k] * weight[local, k]
+        value = x[s, k]
+        total0 += value * weight[row, k]
+        total1 += value * weight[row1, k]
+        total2 += value * weight[row2, k]
+        total3 += value * weight[row3, k]
+    return total0, total1, total2, total3
+
+
+@cuda.jit(device=True, inline=True)
+def store_four(y, s, r, last, totals):
+    """y[s, r + i] = totals[i] for the rows up to `last`."""
+    y[s, r] = totals[0]
+    if r + 1 <= last:
+        y[s, r + 1] = totals[1]
+    if r + 2 <= last:
+        y[s, r + 2] = totals[2]
+    if r + 3 <= last:
+        y[s, r + 3] = totals[3]
+
+
+@cuda.jit(device=True, inline=True)
+def warp_sum(total):
+    """The sum of `total` over the warp's lanes, in lane 0."""
+    offset = WARP // 2
+    while offset > 0:
+        total += cuda.shfl_down_sync(ALL_LANES, total, offset)
+        offset //= 2
     return total
 
 
@@ -51,34 +88,39 @@ def strided_dot(weight, local, x, s, first, step):
 def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and begin <= r < begin + owned, by the
     threads of this block; `weight` holds W's rows from `weight_first_row` on. A warp takes
-    one (s, r) at a time, its lanes every 32nd k, and sums them with shuffles: the loads of a
-    warp are contiguous, and a dot product waits on columns / 32 loads in turn, not columns."""
+    one node s and four rows at a time, its lanes every 32nd k, and sums with shuffles: the
+    loads of a warp are contiguous, x[s, k] is loaded once for four rows, and a lane keeps
+    four independent sums in flight."""
     columns = x.shape[1]
     lane = cuda.threadIdx.x % WARP
-    for item in range(cuda.threadIdx.x // WARP, rows * owned, cuda.blockDim.x // WARP):
-        s = item // owned
-        r = begin + item % owned
-        local = r - weight_first_row
+    groups = (owned + 3) // 4
+    last = begin + owned - 1
+    for item in range(cuda.threadIdx.x // WARP, rows * groups, cuda.blockDim.x // WARP):
+        s = item // groups
+        r = begin + item % groups * 4
+        local, local_last = r - weight_first_row, last - weight_first_row
         if columns < WARP:  # too short to share: the first lane alone
             if lane == 0:
-                y[s, r] = strided_dot(weight, local, x, s, 0, 1)
+                store_four(y, s, r, last, strided_dots(weight, local, local_last, x, s, 0, 1))
         else:
-            total = strided_dot(weight, local, x, s, lane, WARP)
-            offset = WARP // 2
-            while offset > 0:
-                total += cuda.shfl_down_sync(ALL_LANES, total, offset)
-                offset //= 2
+            totals = strided_dots(weight, local, local_last, x, s, lane, WARP)
+            sums = (warp_sum(totals[0]), warp_sum(totals[1]), warp_sum(totals[2]),
+                    warp_sum(totals[3]))
             if lane == 0:
-                y[s, r] = total
+                store_four(y, s, r, last, sums)
 
 
 @cuda.jit(device=True, inline=True)
 def multiply_rows_by_threads(weight, weight_first_row, begin, owned, x, y, rows):
-    """The same products, a thread per (s, r): numba's simulator has no warp shuffles."""
-    for item in range(cuda.threadIdx.x, rows * owned, cuda.blockDim.x):
-        s = item // owned
-        r = begin + item % owned
-        y[s, r] = strided_dot(weight, r - weight_first_row, x, s, 0, 1)
+    """The same products, a thread per node and four rows: numba's simulator has no warp
+    shuffles."""
+    groups = (owned + 3) // 4
+    last = begin + owned - 1
+    for item in range(cuda.threadIdx.x, rows * groups, cuda.blockDim.x):
+        s = item // groups
+        r = begin + item % groups * 4
+        store_four(y, s, r, last, strided_dots(weight, r - weight_first_row,
+                                               last - weight_first_row, x, s, 0, 1))
 
 
 multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps
@@ -101,13 +143,13 @@ def block_matmul(weight, x, y, rows):
     multiply_rows(weight, 0, 0, weight.shape[0], x, y, rows)
 
 
-@cuda.jit
+@cuda.jit(**BOUNDED)
 def matmul_kernel(weight, x, y, rows):
     """One matrix product as a launch of its own (the unfused schedule)."""
     matmul_rows(weight, 0, weight.shape[0], x, y, rows)
 
 
-@cuda.jit
+@cuda.jit(**BOUNDED)
 def gather_rows(source, order, out):
     """out[i] = source[order[i]]: states from the linearized order into the forest's."""
     columns = out.shape[1]

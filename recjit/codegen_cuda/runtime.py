@@ -9,7 +9,7 @@ each thread does."""
 from numba import cuda
 from numba.core import config
 
-from ..schedule import MAX_THREADS
+from recjit.schedule import MAX_THREADS  # absolute: tools/check_ptx.py loads this file alone
 
 WARP = 32
 ALL_LANES = 0xFFFFFFFF

@@ -153,10 +153,11 @@ def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch, refacto
 
 
 def test_unfused_launches_of_several_blocks_equal_reference(monkeypatch):
-    """Wide enough that steps and products spread over several blocks, even simulated."""
+    """Wide enough that steps and products spread over several blocks of 64 threads."""
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7), ((8, 9), 10)])
     p = tree_lstm_params(16, VOCAB, "float64", 11)
-    grids = launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p, UNFUSED))
+    grids = launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p,
+                                                    UNFUSED.but(threads=64)))
     assert max(grids) > 1
 
 

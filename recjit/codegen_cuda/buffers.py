@@ -57,7 +57,7 @@ class _Upload:
     def copy(self, arrays):
         for name, values in arrays.items():
             self.staged[name][:values.size] = values.ravel()
-        self.on_device.copy_to_device(self.staging)
+        device.copy_bytes_to_device(self.on_device, self.staging)
         return self.views
 
 

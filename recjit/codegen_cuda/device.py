@@ -3,6 +3,7 @@
 import numpy as np
 from numba import cuda
 from numba.core import config
+from numba.cuda.cudadrv import driver
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
 from ..errors import InputError, RecJitError
@@ -71,6 +72,16 @@ def to_device(what, value, dtype):
 
 def device_array(shape, dtype):
     return cuda.device_array(shape, dtype=dtype)
+
+
+def copy_bytes_to_device(on_device, on_host):
+    """Copy a host buffer to a device buffer of as many bytes. On a GPU through the driver
+    binding: `DeviceNDArray.copy_to_device` spends 0.1-0.15 ms checking and viewing its
+    arguments in Python, the driver call 0.02 ms (H100, numba-cuda 0.30.4, 4 KiB)."""
+    if simulated():
+        on_device.copy_to_device(on_host)
+    else:
+        driver.host_to_device(on_device, on_host, on_host.nbytes)
 
 
 def pinned_array(shape, dtype):

@@ -743,12 +743,10 @@ def build_cell_ir(model, source, params, field_specs, arity):
         cases.append(CellCase(name, num_children, tuple(builder.ops),
                               tuple(t.index for t in tensors)))
         builders.append(builder)
-    parameters = {}
-    for case in cases:
-        for op in case.ops:
-            if op.kind == "param" or op.kind == "gather":
-                parameters[op.attrs[0]] = shape_and_dtype(getattr(params, op.attrs[0]))[0]
-    dtypes = {shape_and_dtype(getattr(params, name))[1] for name in parameters}
+    described = {op.attrs[0]: shape_and_dtype(getattr(params, op.attrs[0])) for case in cases
+                 for op in case.ops if op.kind == "param" or op.kind == "gather"}
+    parameters = {name: shape for name, (shape, _) in described.items()}
+    dtypes = {dtype for _, dtype in described.values()}
     if len(dtypes) > 1:
         raise InputError(f"parameters mix dtypes {sorted(str(d) for d in dtypes)}; "
                          "use one of float32 or float64 throughout")

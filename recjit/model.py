@@ -65,6 +65,7 @@ class RecursiveModel:
         self.schedule = schedule
         self._usage = None
         self._source = None
+        self._read_names = None  # (parameters, fields) the cell reads, sorted: `signature`
         self._compiled = {}
         self._latest = {}
         self._lock = threading.Lock()
@@ -90,17 +91,22 @@ class RecursiveModel:
         return self._usage
 
     def signature(self, forest, p, backend, schedule):
-        usage = self.analyse()
+        """The compiled-kernel cache key: backend, schedule, the shapes and dtypes of the
+        parameters and fields the cell reads. Computed at every run, so kept lean."""
+        if self._read_names is None:
+            usage = self.analyse()
+            self._read_names = (tuple(sorted(usage.parameters)), tuple(sorted(usage.fields)))
+        parameter_names, field_names = self._read_names
         parameters = []
-        for name in sorted(usage.parameters):
+        for name in parameter_names:
             value = getattr(p, name, None)
             if value is None:
                 raise InputError(f"parameter {name!r} is missing from the parameters")
-            shape, dtype = shape_and_dtype(value)
-            parameters.append((name, shape, dtype.str))
-        fields = tuple((name, forest.fields[name].shape[1:], forest.fields[name].dtype.kind)
-                       for name in sorted(usage.fields) if name in forest.fields)
-        return (backend, schedule, tuple(parameters), fields)
+            parameters.append((name, *shape_and_dtype(value)))
+        fields = forest.fields
+        return (backend, schedule, tuple(parameters),
+                tuple((name, fields[name].shape[1:], fields[name].dtype.kind)
+                      for name in field_names if name in fields))
 
     def with_context(self, p, context):
         """`p` with the cell's context arguments (its arguments after `p`) bound by name, as

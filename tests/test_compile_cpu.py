@@ -178,6 +178,21 @@ def test_a_fixed_arity_dag_with_vector_fields_equals_reference(num_nodes, seed):
     assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))
 
 
+@given(st.integers(3, 40), seeds, st.sampled_from([rj.Schedule(), rj.Schedule(hoist=False)]))
+def test_a_product_of_a_vector_field_reads_the_fields_rows_in_place(num_nodes, seed, schedule):
+    """`W @ node.x` over the leaves, the hoisted internal nodes or a batch: the product reads
+    `field_x` from the pass's first node on, with no packed copy of it."""
+    rng = np.random.default_rng(seed)
+    edges = [(n, int(c)) for n in range(num_nodes - 2)
+             for c in rng.choice(np.arange(n + 1, num_nodes), 2, replace=False)]
+    forest = rj.Forest.from_edges(num_nodes, edges, fields={"x": rng.normal(size=(num_nodes, 3))})
+    p = rj.Params(W=rng.normal(size=(4, 3)), U=rng.normal(size=(4, 4)) / 2, b=rng.normal(size=4))
+    assert_same_result(dag_rnn.run(forest, p, schedule=schedule),
+                       dag_rnn.reference(forest, p))
+    source = dag_rnn.kernel_source("cpu")
+    assert "matmul_share(p_W, field_x" in source and "_x_W[" not in source
+
+
 @rj.recursive_model(arity=3)
 def ternary(node, p):
     """Fixed arity 3: children by index, and a loop that unrolls over exactly three."""

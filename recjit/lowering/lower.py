@@ -384,6 +384,14 @@ class PassLowering:
             suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
             x, y = f"{self.prefix}x{suffix}_{weight}", f"{self.prefix}y{suffix}_{weight}"
             rows, inner = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
+            in_place = None if per_child else self.field_rows(uses)
+            if in_place:
+                field, first_node = in_place
+                allocations.append(Alloc(y, (self.capacity, Const(rows))))
+                self.locations[uses[0][0]] = (y, 1, 0, Var(self.product_slot), 1)
+                products.append(MatMul(param_name(weight), field_name(field), y,
+                                       self.product_count, self.row_block, x_row=first_node))
+                continue
             widths = [self.case.ops[value].shape[1:] or (1,) for value, _ in uses]
             stride = sum(width[0] for width in widths)
             capacity = self.edge_capacity if per_child else self.capacity
@@ -407,8 +415,26 @@ class PassLowering:
         if edge_packs:
             self.uses_edges = True
             node_packs.append(over_children(edge_packs))
+        if not node_packs:
+            return allocations, products
         return allocations, [self.product_loop(node_packs),
                              Barrier("the products read the packed inputs")] + products
+
+    def field_rows(self, uses):
+        """(field, first node) when a weight's only product here multiplies a vector field of
+        the pass's nodes and those are consecutive: the product reads the field's rows where
+        they are, with no packed copy (DAG-RNN's `W @ node.x`)."""
+        if len(uses) != 1 or self.product_slot != "slot":
+            return None
+        operand = self.case.ops[uses[0][1]]
+        if operand.kind != "field" or len(operand.shape) != 1:
+            return None
+        node = self.product_node
+        if node == Var("slot"):
+            return operand.attrs[0], None
+        if isinstance(node, BinOp) and node.operator == "+" and node.right == Var("slot"):
+            return operand.attrs[0], node.left
+        return None
 
     def element_loops(self, variable, values, size, stores, columns=0):
         """One element loop per segment of `values`; walked column by column (`columns`) when

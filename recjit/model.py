@@ -65,7 +65,7 @@ class RecursiveModel:
         self.schedule = schedule
         self._usage = None
         self._source = None
-        self._read_names = None  # (parameters, fields) the cell reads, sorted: `signature`
+        self._read_names = None  # (parameters, fields) the cell reads, sorted
         self._compiled = {}
         self._latest = {}
         self._lock = threading.Lock()
@@ -86,16 +86,16 @@ class RecursiveModel:
         """Read the source and prove P.1–P.3, once per model."""
         if self._usage is None:
             source = read_source(self.function)
-            self._usage = check_properties(self, source)
+            usage = check_properties(self, source)
+            self._read_names = (tuple(sorted(usage.parameters)), tuple(sorted(usage.fields)))
             self._source = source
+            self._usage = usage
         return self._usage
 
     def signature(self, forest, p, backend, schedule):
         """The compiled-kernel cache key: backend, schedule, the shapes and dtypes of the
         parameters and fields the cell reads. Computed at every run, so kept lean."""
-        if self._read_names is None:
-            usage = self.analyse()
-            self._read_names = (tuple(sorted(usage.parameters)), tuple(sorted(usage.fields)))
+        self.analyse()
         parameter_names, field_names = self._read_names
         parameters = []
         for name in parameter_names:

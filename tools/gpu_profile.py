@@ -62,6 +62,7 @@ def pieces(kernel, linearized, p, shapes, runs):
     """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
     launch alone between CUDA events."""
     from recjit.codegen_cuda import _parameter, forest_arguments
+    from recjit.lowering.arguments import kernel_parameters
     steps = {"forest arguments": [], "forest upload": [], "parameters": [], "states, scratch": [],
              "launch (host)": [], "launch (events)": [], "copy back": []}
     start, stop = cuda.event(), cuda.event()
@@ -80,8 +81,8 @@ def pieces(kernel, linearized, p, shapes, runs):
         lap("forest arguments")
         on_device = kernel.buffers.forest(forest_arrays)
         lap("forest upload")
-        parameters = {name: _parameter(p, name, dtype) for name in kernel.kernel.arrays
-                      if name.startswith("p_")}
+        parameters = {name: _parameter(p, attribute, dtype)
+                      for name, attribute in kernel_parameters(kernel.kernel)}
         lap("parameters")
         states = kernel.buffers.states(linearized.num_nodes, dict(kernel.kernel.states), dtype)
         scratch = kernel.scratch_for(scalars, dtype)

@@ -5,8 +5,7 @@ import numba
 import numpy as np
 
 from ..generated import load_module
-from ..lowering.arguments import forest_arguments
-from ..lowering.lower import param_name
+from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..result import Result
 from . import runtime
 from .emit import emit_source
@@ -24,8 +23,7 @@ class CpuKernel:
                   f"({kernel.dtype}, {'fast' if fast_math else 'exact'} math).")
         self.kernel = kernel
         self.dtype = np.dtype(kernel.dtype)
-        self.parameters = [(name, name[len(param_name("")):]) for name in kernel.arrays
-                           if name.startswith(param_name(""))]
+        self.parameters = kernel_parameters(kernel)
         self.source = emit_source(kernel, fast_math, header)
         self.function = getattr(load_module(self.source, kernel.name, runtime.__file__),
                                 kernel.name)

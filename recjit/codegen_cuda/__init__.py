@@ -5,7 +5,7 @@ import threading
 import numpy as np
 
 from ..generated import load_module
-from ..lowering.arguments import forest_arguments
+from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..lowering.ilir import BinOp, Const, Let, Load, Var
 from ..result import Result
 from . import device, runtime
@@ -102,8 +102,8 @@ class CudaKernel:
         asked for. One run at a time: runs share the device buffers."""
         dtype = np.dtype(self.kernel.dtype)
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
-        parameters = {name: _parameter(params, name, dtype) for name in self.kernel.arrays
-                      if name.startswith("p_")}
+        parameters = {name: _parameter(params, attribute, dtype)
+                      for name, attribute in kernel_parameters(self.kernel)}
         with _running:
             states = self.buffers.states(linearized.num_nodes, dict(self.kernel.states), dtype)
             arrays = {**self.buffers.forest(forest_arrays), **parameters, **states}
@@ -195,6 +195,5 @@ def _first_rows_to_host(state, rows):
     return state.copy_to_host()[:rows]
 
 
-def _parameter(params, name, dtype):
-    parameter = name[len("p_"):]
-    return device.to_device(f"parameter {parameter!r}", getattr(params, parameter), dtype)
+def _parameter(params, attribute, dtype):
+    return device.to_device(f"parameter {attribute!r}", getattr(params, attribute), dtype)

@@ -3,7 +3,7 @@ same for every backend, since the lowering named them."""
 import numpy as np
 
 from ..linearize import distinct
-from .lower import field_name
+from .lower import field_name, param_name
 
 
 def forest_arguments(kernel, linearized):
@@ -31,3 +31,9 @@ def forest_arguments(kernel, linearized):
             dtype = np.int64 if values.dtype.kind in "iu" else np.dtype(kernel.dtype)
             arrays[field_name(name)] = np.ascontiguousarray(values, dtype=dtype)
     return scalars, arrays
+
+
+def kernel_parameters(kernel):
+    """(argument, attribute) for each parameter the kernel takes: argument `p_W` is `p.W`."""
+    prefix = param_name("")
+    return [(name, name[len(prefix):]) for name in kernel.arrays if name.startswith(prefix)]

@@ -48,7 +48,7 @@ def grid_of(count, model=None, warps=False):
     from simulated_grid import concurrent_blocks
     with pytest.MonkeyPatch.context() as patch, concurrent_blocks():
         patch.setattr(device, "multiprocessors", lambda: count)
-        patch.setattr(device, "cooperative_blocks", lambda *_: count)
+        patch.setattr(device.CooperativeLaunch, "max_blocks", lambda _: count)
         if model is not None:
             patch.setattr(model, "_compiled", {})
         if warps:

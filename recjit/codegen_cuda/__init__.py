@@ -14,10 +14,6 @@ from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
 
 _running = threading.Lock()
-# Bytes of a state's slack rows that take as long to copy to the host as a view of the array
-# takes to make: an estimate, ~20 µs a view (tools/gpu_profile.py on an H100, 2026-11-22) at
-# ~10 GB/s for a pageable copy.
-SLACK_WORTH_A_VIEW = 256 * 1024
 # Blocks per multiprocessor that run an unfused launch of one-worker items.
 UNFUSED_ITEM_BLOCKS = 4
 
@@ -61,7 +57,7 @@ class CudaKernel:
                                                          device.launch_bound(self.threads))
         module = load_module(self.source, f"{self.kernel.name}_cuda", runtime.__file__)
         self.function = getattr(module, self.kernel.name)
-        self.checked_occupancy = not self.fusion
+        self.cooperative_launch = None
 
     def plan_persistence(self, blocks):
         """Each block's slice of the weights multiplied in every batch, in shared memory
@@ -127,7 +123,7 @@ class CudaKernel:
         forest's order; on the device, gathered into arrays of their own."""
         if not device_output:
             return Result.from_linearized(
-                [_first_rows_to_host(s, linearized.num_nodes) for s in states], shapes,
+                [device.first_rows_to_host(s, linearized.num_nodes) for s in states], shapes,
                 linearized.new_of_old, linearized.roots)
         nodes, roots = [], []
         for orders, out in ((linearized.new_of_old, nodes), (linearized.roots, roots)):
@@ -141,12 +137,13 @@ class CudaKernel:
         return Result(nodes=tuple(nodes), roots=tuple(roots))
 
     def launch_fused(self, arguments):
-        if not self.checked_occupancy:
-            fits = device.cooperative_blocks(self.function, arguments, self.threads)
-            if fits < self.blocks:
-                self.configure(fits)
-            self.checked_occupancy = True
-        self.function[self.blocks, self.threads](*arguments)
+        if self.cooperative_launch is None:
+            launch = device.CooperativeLaunch(self.function, arguments, self.threads)
+            if launch.max_blocks() < self.blocks:
+                self.configure(launch.max_blocks())
+                launch = device.CooperativeLaunch(self.function, arguments, self.threads)
+            self.cooperative_launch = launch
+        self.cooperative_launch(self.blocks, arguments)
 
     def launch(self, kernel, items, arguments, one_block_per_item=False):
         """One launch of the unfused schedule over `items` work items (grid-stride), or over
@@ -184,15 +181,6 @@ def _evaluate(node, environment):
         left, right = _evaluate(node.left, environment), _evaluate(node.right, environment)
         return {"+": left + right, "-": left - right, "*": left * right}[node.operator]
     raise TypeError(node)
-
-
-def _first_rows_to_host(state, rows):
-    """state[:rows] on the host. Making the view costs about as much as copying
-    SLACK_WORTH_A_VIEW bytes more (H100, numba-cuda 0.30), so small slack comes along."""
-    slack = (state.shape[0] - rows) * state.shape[1] * state.dtype.itemsize
-    if slack > SLACK_WORTH_A_VIEW:
-        return state[:rows].copy_to_host()
-    return state.copy_to_host()[:rows]
 
 
 def _parameter(params, attribute, dtype):

@@ -10,6 +10,9 @@
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256, 512 and 1024 threads a block and on TreeFC's shape, ~60 s: limit 150 s).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
+# The full bench takes more than one call's 600 s on an H100 (third GPU session): run it in two
+# calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1" then the other models and NAME-2.
+# BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -59,8 +62,10 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             done' ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
-        bench) stage bench 560 python3 benchmarks/bench.py --cuda --trees "$TREES" ;;
-        ablation) stage ablation 400 python3 benchmarks/ablation.py --cuda --trees "$TREES" ;;
+        bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \
+            ${FULL_BENCH_ARGS:-} ;;
+        ablation) stage ablation ${ABLATION_LIMIT:-400} python3 benchmarks/ablation.py --cuda \
+            --trees "$TREES" ${ABLATION_ARGS:-} ;;
         *) echo "unknown stage $name"; exit 2 ;;
     esac
     find benchmarks/results -newer "$MARK" \( -name "*.json" -o -name "*.md" \) \

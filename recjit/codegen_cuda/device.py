@@ -69,15 +69,22 @@ class CooperativeLaunch:
         self.threads = threads
         self.classes = tuple(type(a) for a in arguments)
         self.flattened = {}
+        self.fast = False
         if simulated():
             return
         self.types = tuple(dispatcher.typeof_pyval(a) for a in arguments)
         self.compiled = dispatcher.compile(self.types)
-        self.function = self.compiled._codelibrary.get_cufunc().kernel
-        self.stream = driver._to_core_stream(0)  # the default stream, as numba's launch uses
         self.configs = {}
-        self.fast = all(isinstance(t, (numba_types.Array, numba_types.Integer))
-                        for t in self.types)
+        self.fast = (LaunchConfig is not None
+                     and all(isinstance(t, (numba_types.Array, numba_types.Integer))
+                             for t in self.types))
+        if self.fast:
+            # numba-cuda internals (0.30): a release without them launches through numba.
+            try:
+                self.function = self.compiled._codelibrary.get_cufunc().kernel
+                self.stream = driver._to_core_stream(0)  # the default stream, as numba's
+            except AttributeError:
+                self.fast = False
 
     def max_blocks(self):
         """How many blocks of the kernel can be co-resident, the most a cooperative launch
@@ -98,7 +105,7 @@ class CooperativeLaunch:
 
     def _flatten(self, arguments):
         """The kernel's parameter values, or None where numba must launch it."""
-        if simulated() or not self.fast or tuple(type(a) for a in arguments) != self.classes:
+        if not self.fast or tuple(type(a) for a in arguments) != self.classes:
             return None
         values = []
         for argument_type, argument in zip(self.types, arguments):

@@ -139,8 +139,9 @@ class CudaKernel:
     def launch_fused(self, arguments):
         if self.cooperative_launch is None:
             launch = device.CooperativeLaunch(self.function, arguments, self.threads)
-            if launch.max_blocks() < self.blocks:
-                self.configure(launch.max_blocks())
+            fits = launch.max_blocks()
+            if fits < self.blocks:
+                self.configure(fits)
                 launch = device.CooperativeLaunch(self.function, arguments, self.threads)
             self.cooperative_launch = launch
         self.cooperative_launch(self.blocks, arguments)

@@ -265,7 +265,7 @@ def _traffic_line(compiled, p, batch_sizes):
 def backend_kernel(backend, kernel, fast_math, schedule, parameters):
     """The backend's compiled form of an ILIR kernel; `parameters`: (name, shape, dtype)."""
     if backend == "cpu":
-        return CpuKernel(kernel, fast_math)
+        return CpuKernel(kernel, fast_math, schedule.pack_from_nodes)
     from .codegen_cuda import CudaKernel  # numba.cuda is imported only when asked for
     weight_shapes = {param_name(name): shape for name, shape, _ in parameters}
     return CudaKernel(kernel, fast_math, schedule, weight_shapes)

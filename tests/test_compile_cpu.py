@@ -118,7 +118,8 @@ def test_kernel_source_has_no_per_node_branch_and_runs_batches_in_parallel():
     kernel = source.split("def tree_lstm_kernel")[1]
     branches = [line.strip() for line in kernel.splitlines()
                 if line.strip().startswith(("if ", "else"))]
-    assert branches and all(branch.startswith((f"if count > {SERIAL_ITEMS}:", "else:"))
+    assert branches and all(branch.startswith((f"if count > {SERIAL_ITEMS}:", "else:",
+                                               "if pack:"))
                             for branch in branches)
 
 
@@ -190,7 +191,7 @@ def test_a_product_of_a_vector_field_reads_the_fields_rows_in_place(num_nodes, s
     assert_same_result(dag_rnn.run(forest, p, schedule=schedule),
                        dag_rnn.reference(forest, p))
     source = dag_rnn.kernel_source("cpu")
-    assert "matmul_share(p_W, field_x" in source and "_x_W[" not in source
+    assert "matmul_share(p_W, panels_W, field_x" in source and "_x_W[" not in source
 
 
 @rj.recursive_model(arity=3)

@@ -2,7 +2,8 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from recjit.codegen_cpu.runtime import matmul_rows, matmul_share
+from recjit.codegen_cpu.runtime import (matmul_rows, matmul_share, pack_share, panel_rows,
+                                       weight_panels)
 
 
 @given(st.integers(0, 20), st.integers(1, 9), st.integers(1, 40),
@@ -46,14 +47,80 @@ def test_matmul_rows_reads_column_slices_and_strided_columns(nodes, inner, data)
 
 
 @given(st.integers(1, 9), st.integers(1, 70), st.integers(1, 4), st.sampled_from([1, 8, 32]),
-       st.booleans())
+       st.booleans(), st.booleans())
 def test_the_workers_shares_of_matmul_share_cover_every_row_once(nodes, weight_rows, workers,
-                                                                 row_block, forward):
-    """However many workers and whichever direction, the shares together are the product."""
+                                                                 row_block, forward, packed):
+    """However many workers, whichever direction, with panels or without, the shares together
+    are the product."""
     rng = np.random.default_rng(nodes * 1000 + weight_rows)
     weight = rng.normal(size=(weight_rows, 12))
     x = rng.normal(size=(nodes, 12))
     y = np.full((nodes, weight_rows), np.nan)
+    panels = weight_panels(weight, packed)
     for worker in range(workers):
-        matmul_share(weight, x, y, nodes, row_block, worker, workers, forward)
+        pack_share(weight, panels, row_block, worker, workers)
+    for worker in range(workers):
+        matmul_share(weight, panels, x, y, nodes, row_block, worker, workers, forward)
     np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12, atol=1e-12)
+
+
+@given(st.integers(1, 50), st.integers(1, 40), st.sampled_from(["float32", "float64"]))
+def test_pack_share_transposes_every_whole_panel_of_the_weight(weight_rows, inner, dtype):
+    """Panel p holds rows p·width .. p·width + width - 1, column k at panels[p, k]; the rows
+    after the last whole panel are left to `matmul_rows`."""
+    weight = np.random.default_rng(weight_rows * 100 + inner).normal(
+        size=(weight_rows, inner)).astype(dtype)
+    panels = weight_panels(weight, True)
+    width = 64 // weight.itemsize
+    assert panels.shape == (weight_rows // width, inner, width)
+    pack_share(weight, panels, width, 0, 1)
+    whole = panels.shape[0] * width
+    np.testing.assert_array_equal(
+        panels, weight[:whole].reshape(-1, width, inner).transpose(0, 2, 1))
+
+
+@given(st.integers(0, 20), st.integers(1, 5), st.integers(1, 40),
+       st.sampled_from(["float32", "float64"]), st.data())
+def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, inner, dtype,
+                                                           data):
+    """Every outer-product block and remainder: 0-20 nodes (6, 4, 3, 2 and 1 at a time), one
+    panel or two at once, any number of columns."""
+    rng = np.random.default_rng(nodes * 1000 + num_panels * 50 + inner)
+    width = 64 // np.dtype(dtype).itemsize
+    weight = rng.normal(size=(num_panels * width, inner)).astype(dtype)
+    panels = weight_panels(weight, True)
+    pack_share(weight, panels, width, 0, 1)
+    panel_begin = data.draw(st.integers(0, num_panels - 1))
+    panel_end = data.draw(st.integers(panel_begin, num_panels))
+    x = rng.normal(size=(nodes + 2, inner)).astype(dtype)
+    y = np.full((nodes + 2, weight.shape[0]), np.nan, dtype=dtype)
+    panel_rows(panels, x, y, nodes, panel_begin, panel_end)
+    rows = slice(panel_begin * width, panel_end * width)
+    expected = x[:nodes].astype(np.float64) @ weight[rows].T.astype(np.float64)
+    tolerance = 1e-12 if dtype == "float64" else 1e-5
+    np.testing.assert_allclose(y[:nodes, rows], expected,
+                               rtol=tolerance, atol=tolerance * np.sqrt(inner))
+    untouched = np.ones_like(y, dtype=bool)
+    untouched[:nodes, rows] = False
+    assert np.isnan(y[untouched]).all()
+
+
+def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_strided():
+    """No panels: `matmul_share` multiplies every row through `matmul_rows`."""
+    weight = np.ones((64, 16), dtype=np.float32)
+    assert weight_panels(weight, False).shape[0] == 0
+    assert weight_panels(weight[:, ::2], True).shape[0] == 0
+    assert weight_panels(weight, True).shape[0] == 4
+
+
+def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
+    """Vector stores need adjacent columns; any other y takes `matmul_rows` for every row."""
+    rng = np.random.default_rng(3)
+    weight = rng.normal(size=(32, 8)).astype(np.float32)
+    x = rng.normal(size=(5, 8)).astype(np.float32)
+    panels = weight_panels(weight, True)
+    pack_share(weight, panels, 32, 0, 1)
+    y = np.full((5, 64), np.nan, dtype=np.float32)
+    matmul_share(weight, panels, x, y[:, ::2], 5, 32, 0, 1, True)
+    np.testing.assert_allclose(y[:, ::2], x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[:, 1::2]).all()

@@ -34,7 +34,8 @@ def schedules(unroll=True):
     """Any combination of the scheduling primitives a CPU kernel takes."""
     return st.builds(rj.Schedule, dynamic_batching=st.booleans(), specialize=st.booleans(),
                      hoist=st.booleans(), unroll=st.integers(1, 3) if unroll else st.just(1),
-                     refactor=st.sampled_from([None, True, False]))
+                     refactor=st.sampled_from([None, True, False]),
+                     pack_from_nodes=st.sampled_from([0, 64]))
 
 
 def check(model, forest, p, schedule, backend="cpu"):
@@ -244,6 +245,7 @@ def test_unrolling_a_dag_is_refused_naming_the_field():
 @pytest.mark.parametrize("fields, message", [
     ({"unroll": 0}, "Schedule.unroll must be a positive integer"),
     ({"row_block": 2.5}, "Schedule.row_block must be a positive integer"),
+    ({"pack_from_nodes": -1}, "Schedule.pack_from_nodes must be a non-negative integer"),
     ({"hoist": "yes"}, "Schedule.hoist must be True or False, not 'yes'"),
     ({"refactor": 1}, r"Schedule.refactor must be True or False or None"),
     ({"threads": 100}, "Schedule.threads must be a multiple of 32 up to 512"),

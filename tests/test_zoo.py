@@ -3,7 +3,8 @@ structures of its kind and random parameters (within 1e-5 relative, float64)."""
 import io
 
 import numpy as np
-from hypothesis import given, strategies as st
+import pytest
+from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
@@ -13,7 +14,7 @@ from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from simple_tree_gru import simple_tree_gru
 from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
-from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
 from conftest import (assert_same_result, binary_forests, nary_forests, random_dags, scales,
                       seeds, word_sequences)
@@ -81,6 +82,35 @@ def test_gru_equals_reference_on_sequences_of_length_1_to_300(forest, seed, scal
 
 
 PLAIN = rj.Schedule(refactor=False)
+
+
+PACKED = rj.Schedule(pack_from_nodes=0)
+PANEL_HIDDEN = 20  # float32 panels are 16 rows: whole panels and rows left over
+PACKED_CASES = {
+    "tree_lstm": (lambda seed: rj.Forest.random_binary(3, seed=seed, vocab_size=VOCAB),
+                  lambda: tree_lstm_params(PANEL_HIDDEN, VOCAB, "float32")),
+    "mv_rnn": (lambda seed: rj.Forest.random_binary(3, seed=seed, vocab_size=VOCAB),
+               lambda: mv_rnn_params(PANEL_HIDDEN, VOCAB, "float32")),
+    "dag_rnn": (lambda seed: grids(2, PANEL_HIDDEN, 3, 4, dtype="float32", seed=seed),
+                lambda: dag_rnn_params(PANEL_HIDDEN, dtype="float32")),
+    "gru": (lambda seed: rj.Forest.from_sequences(
+                [5, 9], fields={"word": np.random.default_rng(seed).integers(0, VOCAB, 14)}),
+            lambda: gru_params(PANEL_HIDDEN, VOCAB, "float32"))}
+MODELS = {"tree_lstm": tree_lstm, "mv_rnn": mv_rnn, "dag_rnn": dag_rnn, "gru": gru}
+
+
+@pytest.mark.parametrize("name", sorted(PACKED_CASES))
+@settings(max_examples=5)
+@given(seed=seeds)
+def test_weights_packed_into_panels_give_the_reference_in_float32(name, seed):
+    """The outer-product path on every kind of product: hoisted distinct leaves (TreeLSTM),
+    matrix states (MV-RNN), field rows read in place (DAG-RNN), the column blocks of a
+    refactored weight (GRU)."""
+    make_forest, make_params = PACKED_CASES[name]
+    model, forest, p = MODELS[name], make_forest(seed), make_params()
+    assert "weight_panels(" in model.kernel_source("cpu", forest, p)
+    assert_same_result(model.run(forest, p, schedule=PACKED), model.reference(forest, p),
+                       rtol=2e-4, atol=2e-5)
 
 
 def barriers_per_batch(model, forest, p, schedule=PLAIN):

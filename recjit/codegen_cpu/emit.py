@@ -3,7 +3,8 @@
 The translation is one to one: a parallel ILIR loop is a `prange` (inside the batch loop, with
 a serial twin for batches of a few nodes), consecutive `MatMul`s one `prange` over workers,
 each taking its share of every weight's rows, every other statement the Python line it prints
-as."""
+as. One thing is the CPU's own: the weights of those products are packed into panels once per
+run, first thing (`_weight_panels`)."""
 from ..lowering.ilir import (
     Alloc,
     Barrier,
@@ -17,7 +18,9 @@ from ..lowering.ilir import (
     Store,
     Var,
     substitute,
+    walk,
 )
+from ..lowering.lower import param_name
 from ..lowering.pysource import PythonExpressions
 
 FAST_MATH = '''
@@ -140,9 +143,37 @@ def _products(products, pad, lines, forward):
     its L2 (TreeLSTM h256 b10: 1.36-1.38 against 1.41-1.44 ms in an A/B; one parallel region
     instead of one per product)."""
     lines.append(f"{pad}for worker in prange(workers):")
-    lines.extend(f"{pad}    matmul_share({', '.join(expression.matmul_operands(product))}, "
-                 f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward})"
-                 for product in products)
+    for product in products:
+        weight, x, y = expression.matmul_operands(product)
+        lines.append(f"{pad}    matmul_share({weight}, {_panels_name(product)}, {x}, {y}, "
+                     f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward})")
+
+
+def _panels_name(product):
+    name = f"panels_{product.weight.removeprefix(param_name(''))}"
+    return name if product.columns is None else f"{name}_{product.columns[0]}_{product.columns[1]}"
+
+
+def _weight_panels(kernel, pack_from_nodes, lines):
+    """Each weight of a `matmul_share` product (a column block of it, for a refactored one)
+    transposed into panels for the outer-product blocks, once a run, each worker packing the
+    panels of its own rows; forests of fewer than `pack_from_nodes` nodes skip it (see
+    `runtime`)."""
+    weights = {}
+    for product in walk(kernel.body):
+        if isinstance(product, MatMul) and product.parallel:
+            weights.setdefault(_panels_name(product), product)
+    if not weights:
+        return
+    lines += [f"    # the weights transposed into panels for the outer-product blocks, when "
+              f"the forest has {pack_from_nodes} nodes or more",
+              f"    pack = num_nodes >= {pack_from_nodes}"]
+    lines += [f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
+              for name, product in weights.items()]
+    lines += ["    if pack:", "        for worker in prange(workers):"]
+    lines += [f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
+              f"{product.row_block}, worker, workers)" for name, product in weights.items()]
+    lines.append("    # barrier: the products read the panels")
 
 
 def _column_walk(loop, depth, lines):
@@ -165,14 +196,16 @@ def _column_walk(loop, depth, lines):
     _statements(substitute(loop.body, whole), depth + 3, lines)
 
 
-def emit_source(kernel, fast_math, header):
+def emit_source(kernel, fast_math, pack_from_nodes, header):
     """The module text: imports, the math helpers, and the kernel. The kernel's first argument
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
-             "from recjit.codegen_cpu.runtime import matmul_rows, matmul_share", "",
+             "from recjit.codegen_cpu.runtime import (matmul_rows, matmul_share, pack_share,",
+             "                                        weight_panels)", "",
              f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), "",
              '@njit(parallel=True, fastmath=True, cache=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
+    _weight_panels(kernel, pack_from_nodes, lines)
     _statements(kernel.body, 1, lines)
     return "\n".join(lines) + "\n"

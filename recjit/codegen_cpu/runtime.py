@@ -17,8 +17,20 @@ sum of its own, six shuffles and adds per output, 72 for the 6×2 block. Here th
 are explicit vectors (8 float32 or 4 float64 lanes, one 32-byte AVX register) and one
 transposing tree sums eight of them together, seven merges of two shuffles and an add. One
 thread, 768×256 weight, n nodes: 72 against 68 GFLOP/s at n = 6, 77 against 72 at n = 12 and
-24; TreeLSTM h256 b10's kernel 1.43 against 1.47 ms in an A/B."""
+24; TreeLSTM h256 b10's kernel 1.43 against 1.47 ms in an A/B.
+
+`matmul_share`, every product of the batch loop and of the hoisted leaves, multiplies through
+the weight's *panels* when the run packed them: the weight transposed once per run in panels
+of two vectors' worth of rows (`pack_share`), so that an outer-product block (`outer_block`)
+reads one panel row per column as two vectors, broadcasts each node's input, and keeps
+vectors of outputs that it stores as they are: no sums across lanes. One thread, 768×256:
+91–98 GFLOP/s from 4 nodes up against 62–77 for the dot blocks; TreeLSTM h256 b10's kernel on
+the bench's 20 SST batches 1.29 against 1.44 ms. Packing costs about one read and one write
+of every weight (TreeLSTM h256: about 25 µs), more than it saves below about 64 nodes
+(b1 0.177 against 0.165 ms), so small forests read the weights as they are
+(`Schedule.pack_from_nodes`)."""
 import numba
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -236,17 +248,236 @@ def matmul_rows(weight, x, y, rows, row_begin, row_end):
         _one_node(weight, x, y, s, row_begin, row_end)
 
 
+# Outer-product blocks -------------------------------------------------------------------
+def outer_block(nodes, vectors):
+    """An intrinsic `block(panels, x, y, s, panel, r)`: for i < nodes and c < vectors · lanes,
+    y[s + i, r + c] = Σ_k x[s + i, k] · panels[panel + c // width, k, c % width], where a
+    panel's `width` is two vectors. Per column k: `vectors` loads of panel rows, `nodes`
+    broadcasts, nodes × vectors multiply-adds into vector accumulators. y's columns must be
+    adjacent (`matmul_share` checks)."""
+
+    @intrinsic
+    def block(typingctx, panels, x, y, s, panel, r):
+        if not (isinstance(panels, types.Array) and panels.ndim == 3
+                and all(isinstance(a, types.Array) and a.ndim == 2 for a in (x, y))
+                and panels.dtype == x.dtype == y.dtype
+                and y.dtype in (types.float32, types.float64)):
+            raise TypingError(f"outer_block needs 3-d panels and 2-d x and y of one float "
+                              f"dtype, not {(panels, x, y)}")
+
+        def codegen(context, builder, signature, args):
+            panels_array, x_array, y_array = (
+                context.make_array(t)(context, builder, v)
+                for t, v in zip(signature.args[:3], args[:3]))
+            _OuterBlock(context, builder, signature.args[2].dtype, nodes, vectors).emit(
+                panels_array, x_array, y_array, *args[3:])
+            return context.get_dummy_value()
+
+        return types.void(panels, x, y, s, panel, r), codegen
+
+    block.__name__ = f"outer_block_{nodes}x{vectors}"
+    return block
+
+
+class _OuterBlock(_Block):
+    def __init__(self, context, builder, dtype, nodes, vectors):
+        super().__init__(context, builder, dtype, nodes, vectors)
+        self.vectors = vectors
+
+    def emit(self, panels_array, x_array, y_array, s, panel, r):
+        builder, intp = self.builder, self.intp
+        x, y = _Strided(builder, intp, x_array), _Strided(builder, intp, y_array)
+        panel_stride, column_stride, _ = cgutils.unpack_tuple(builder, panels_array.strides)
+        columns = cgutils.unpack_tuple(builder, panels_array.shape)[1]
+        panel_data = builder.ptrtoint(panels_array.data, intp)
+        panel_rows = [builder.add(panel_data, builder.mul(builder.add(panel, intp(q)),
+                                                          panel_stride))
+                      for q in range(self.vectors // 2)]
+        x_rows = [x.row(builder.add(s, intp(i))) for i in range(self.nodes)]
+        zero = ir.Constant(self.vector, [ir.Constant(self.element, 0.0)] * self.lanes)
+        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(self.vectors)]
+                        for _ in range(self.nodes)]
+        with cgutils.for_range(builder, columns, intp=intp) as loop:
+            offset = builder.mul(loop.index, column_stride)
+            panel_vectors = [self.load(builder.add(builder.add(row, offset),
+                                                   intp(half * VECTOR_BYTES)), self.vector)
+                             for row in panel_rows for half in range(2)]
+            for i, x_row in enumerate(x_rows):
+                broadcast = self.broadcast(self.load(x.at(x_row, loop.index), self.element))
+                for accumulator, panel_vector in zip(accumulators[i], panel_vectors):
+                    self.multiply_add(accumulator, broadcast, panel_vector)
+        for i in range(self.nodes):
+            y_row = y.row(builder.add(s, intp(i)))
+            for j, accumulator in enumerate(accumulators[i]):
+                address = y.at(y_row, builder.add(r, intp(j * self.lanes)))
+                builder.store(builder.load(accumulator),
+                              builder.inttoptr(address, self.vector.as_pointer()),
+                              align=self.element_bytes)
+
+    def broadcast(self, value):
+        builder, lanes = self.builder, self.lanes
+        vector = builder.insert_element(ir.Constant(self.vector, ir.Undefined), value,
+                                        ir.IntType(32)(0))
+        return builder.shuffle_vector(vector, vector, _mask([0] * lanes))
+
+
+@intrinsic
+def pack_block(typingctx, weight, panels, panel, k):
+    """panels[panel, k + c, j] = weight[panel · width + j, k + c] for c < lanes and j < width
+    (two vectors): two lanes × lanes blocks transposed in registers, log2(lanes) rounds of
+    shuffles, each swapping one bit of the row index with the same bit of the column index.
+    The weight's columns must be adjacent (`weight_panels` checks)."""
+    if not (isinstance(weight, types.Array) and weight.ndim == 2
+            and isinstance(panels, types.Array) and panels.ndim == 3
+            and weight.dtype == panels.dtype and weight.dtype in (types.float32, types.float64)):
+        raise TypingError(f"pack_block needs a 2-d weight and 3-d panels of one float dtype, "
+                          f"not {(weight, panels)}")
+
+    def codegen(context, builder, signature, args):
+        block = _Block(context, builder, signature.args[0].dtype, 1, 1)
+        intp, lanes = block.intp, block.lanes
+        weight_array, panels_array = (context.make_array(t)(context, builder, v)
+                                      for t, v in zip(signature.args[:2], args[:2]))
+        panel, k = args[2:]
+        weight = _Strided(builder, intp, weight_array)
+        panel_stride, column_stride, _ = cgutils.unpack_tuple(builder, panels_array.strides)
+        out = builder.add(builder.add(builder.ptrtoint(panels_array.data, intp),
+                                      builder.mul(panel, panel_stride)),
+                          builder.mul(k, column_stride))
+        first_row = builder.mul(panel, intp(2 * lanes))
+        for half in range(2):
+            rows = [block.load(weight.at(weight.row(builder.add(first_row,
+                                                                intp(half * lanes + i))), k),
+                               block.vector) for i in range(lanes)]
+            for c, column in enumerate(_transposed(builder, rows, lanes)):
+                address = builder.add(builder.add(out, builder.mul(intp(c), column_stride)),
+                                      intp(half * VECTOR_BYTES))
+                builder.store(column, builder.inttoptr(address, block.vector.as_pointer()),
+                              align=block.element_bytes)
+        return context.get_dummy_value()
+
+    return types.void(weight, panels, panel, k), codegen
+
+
+def _transposed(builder, rows, lanes):
+    """The columns of a lanes × lanes block held as row vectors."""
+    bit = 1
+    while bit < lanes:
+        rows = list(rows)
+        for a in range(lanes):
+            if a & bit:
+                continue
+            b = a | bit
+            low = [j if not j & bit else lanes + (j ^ bit) for j in range(lanes)]
+            high = [j | bit if not j & bit else lanes + j for j in range(lanes)]
+            rows[a], rows[b] = (builder.shuffle_vector(rows[a], rows[b], _mask(low)),
+                                builder.shuffle_vector(rows[a], rows[b], _mask(high)))
+        bit <<= 1
+    return rows
+
+
+@numba.njit(nogil=True, cache=True)
+def weight_panels(weight, pack):
+    """Room for the weight's panels (`pack_share` fills them): one per two vectors' worth of
+    whole rows, none when `pack` is false or the weight's columns are not adjacent."""
+    width = 2 * VECTOR_BYTES // weight.itemsize
+    adjacent = weight.strides[1] == weight.itemsize
+    count = weight.shape[0] // width if pack and adjacent else 0
+    return np.empty((count, weight.shape[1], width), dtype=weight.dtype)
+
+
+@numba.njit(fastmath=True, nogil=True, cache=True)
+def pack_share(weight, panels, row_block, worker, workers):
+    """Worker `worker`'s panels: those inside its share of `matmul_share`'s rows, the only
+    ones it multiplies through."""
+    if panels.shape[0] == 0:
+        return
+    width = panels.shape[2]
+    lanes = width // 2
+    first, end = _share(weight.shape[0], row_block, worker, workers)
+    panel_begin = -(-first * row_block // width)
+    panel_end = min(panels.shape[0], end * row_block // width)
+    columns = weight.shape[1]
+    vector_end = columns - columns % lanes
+    for panel in range(panel_begin, panel_end):
+        for k in range(0, vector_end, lanes):
+            pack_block(weight, panels, panel, k)
+        for k in range(vector_end, columns):
+            for j in range(width):
+                panels[panel, k, j] = weight[panel * width + j, k]
+
+
+_six_nodes_outer = outer_block(6, 2)
+_four_nodes_outer = outer_block(4, 2)
+_two_nodes_outer = outer_block(2, 2)
+_one_node_outer = outer_block(1, 2)
+
+
+def _panel_pass(block):
+    """y[s + i, r] for the nodes of `block` and every row of panels [panel_begin, panel_end)."""
+
+    @numba.njit(fastmath=True, nogil=True, inline="always")
+    def panel_pass(panels, x, y, s, panel_begin, panel_end):
+        width = panels.shape[2]
+        for panel in range(panel_begin, panel_end):
+            block(panels, x, y, s, panel, panel * width)
+
+    return panel_pass
+
+
+_six_nodes_panels = _panel_pass(_six_nodes_outer)
+_four_nodes_panels = _panel_pass(_four_nodes_outer)
+_two_nodes_panels = _panel_pass(_two_nodes_outer)
+_one_node_panels = _panel_pass(_one_node_outer)
+
+
+@numba.njit(fastmath=True, nogil=True, cache=True)
+def panel_rows(panels, x, y, rows, panel_begin, panel_end):
+    """y[s, r] = Σ_k panels[r // width, k, r % width] · x[s, k] for s < rows and the rows r of
+    panels [panel_begin, panel_end): 6 nodes a panel at a time (12 accumulators, 97–98
+    GFLOP/s on one thread), the last 1–5 nodes as 4, 2 and 1. Few block shapes, since every
+    kernel compiles them anew (numba links its callees' IR)."""
+    s = 0
+    while s + 6 <= rows:
+        _six_nodes_panels(panels, x, y, s, panel_begin, panel_end)
+        s += 6
+    if s + 4 <= rows:
+        _four_nodes_panels(panels, x, y, s, panel_begin, panel_end)
+        s += 4
+    if s + 2 <= rows:
+        _two_nodes_panels(panels, x, y, s, panel_begin, panel_end)
+        s += 2
+    if s < rows:
+        _one_node_panels(panels, x, y, s, panel_begin, panel_end)
+
+
+@numba.njit(nogil=True, cache=True)
+def _share(num_rows, row_block, worker, workers):
+    """The blocks of `row_block` rows that worker `worker` of `workers` owns: [first, end)."""
+    blocks = (num_rows + row_block - 1) // row_block
+    return worker * blocks // workers, (worker + 1) * blocks // workers
+
+
 @numba.njit(fastmath=True, cache=True, nogil=True)
-def matmul_share(weight, x, y, rows, row_block, worker, workers, forward):
-    """Worker `worker` of `workers`' share of `matmul_rows` over all of the weight's rows: a
+def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward):
+    """Worker `worker` of `workers`' share of the product over all of the weight's rows: a
     contiguous run of blocks of `row_block` rows, walked forwards or backwards. Alternating the
     direction from one batch to the next makes the rows a worker used last the first it uses
-    again, while they are still in its L2."""
+    again, while they are still in its L2. The rows of whole panels go through `panel_rows`
+    (when the run packed any, and y's columns are adjacent), the others `matmul_rows`."""
     num_rows = weight.shape[0]
-    blocks = (num_rows + row_block - 1) // row_block
-    first = worker * blocks // workers
-    end = (worker + 1) * blocks // workers
+    width = panels.shape[2]
+    use_panels = panels.shape[0] > 0 and y.strides[1] == y.itemsize
+    first, end = _share(num_rows, row_block, worker, workers)
     for step in range(end - first):
         block = first + step if forward else end - 1 - step
-        matmul_rows(weight, x, y, rows, block * row_block,
-                    min(num_rows, (block + 1) * row_block))
+        row_begin = block * row_block
+        row_end = min(num_rows, row_begin + row_block)
+        panel_begin = -(-row_begin // width)
+        panel_end = min(panels.shape[0], row_end // width)
+        if not use_panels or panel_begin >= panel_end:
+            matmul_rows(weight, x, y, rows, row_begin, row_end)
+            continue
+        matmul_rows(weight, x, y, rows, row_begin, panel_begin * width)
+        panel_rows(panels, x, y, rows, panel_begin, panel_end)
+        matmul_rows(weight, x, y, rows, panel_end * width, row_end)

@@ -161,6 +161,17 @@ def mul(left, right):
     return BinOp("*", left, right)
 
 
+def walk(body):
+    """Every statement of `body`, those inside loops and branches included, in order."""
+    for statement in body:
+        yield statement
+        if isinstance(statement, Loop):
+            yield from walk(statement.body)
+        elif isinstance(statement, If):
+            yield from walk(statement.body)
+            yield from walk(statement.orelse)
+
+
 def substitute(node, replacements):
     """`node` (a statement, an expression or a tuple of them) with every expression that is a
     key of `replacements` replaced by its value."""

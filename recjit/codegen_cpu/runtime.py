@@ -227,25 +227,38 @@ _two_nodes = _node_pass(2, 4)
 _one_node = _node_pass(1, 4)
 
 
+def _node_walk(six, four, three, two, one):
+    """rows nodes through passes of 6, then the last 1-5 in at most two passes: 5 = 3 + 2,
+    4, 3, 2, 1. A pass is `(a, x, y, s, begin, end)` for its nodes from s on."""
+
+    @numba.njit(fastmath=True, nogil=True, inline="always")
+    def walk(a, x, y, rows, begin, end):
+        s = 0
+        while s + 6 <= rows:
+            six(a, x, y, s, begin, end)
+            s += 6
+        if s + 4 == rows:
+            four(a, x, y, s, begin, end)
+            s += 4
+        if s + 3 <= rows:
+            three(a, x, y, s, begin, end)
+            s += 3
+        if s + 2 <= rows:
+            two(a, x, y, s, begin, end)
+            s += 2
+        if s < rows:
+            one(a, x, y, s, begin, end)
+
+    return walk
+
+
+_dot_walk = _node_walk(_six_nodes, _four_nodes, _three_nodes, _two_nodes, _one_node)
+
+
 @numba.njit(fastmath=True, cache=True, nogil=True)
 def matmul_rows(weight, x, y, rows, row_begin, row_end):
     """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and row_begin <= r < row_end."""
-    s = 0
-    while s + 6 <= rows:
-        _six_nodes(weight, x, y, s, row_begin, row_end)
-        s += 6
-    # The last 1-5 nodes in at most two passes: 5 = 3 + 2, 4, 3, 2, 1.
-    if s + 4 == rows:
-        _four_nodes(weight, x, y, s, row_begin, row_end)
-        s += 4
-    if s + 3 <= rows:
-        _three_nodes(weight, x, y, s, row_begin, row_end)
-        s += 3
-    if s + 2 <= rows:
-        _two_nodes(weight, x, y, s, row_begin, row_end)
-        s += 2
-    if s < rows:
-        _one_node(weight, x, y, s, row_begin, row_end)
+    _dot_walk(weight, x, y, rows, row_begin, row_end)
 
 
 # Outer-product blocks -------------------------------------------------------------------
@@ -407,14 +420,10 @@ def pack_share(weight, panels, row_block, worker, workers):
                 panels[panel, k, j] = weight[panel * width + j, k]
 
 
-_six_nodes_outer = outer_block(6, 2)
-_four_nodes_outer = outer_block(4, 2)
-_two_nodes_outer = outer_block(2, 2)
-_one_node_outer = outer_block(1, 2)
-
-
-def _panel_pass(block):
-    """y[s + i, r] for the nodes of `block` and every row of panels [panel_begin, panel_end)."""
+def _panel_pass(nodes):
+    """y[s + i, r] for i < nodes and every row of panels [panel_begin, panel_end), a panel at
+    a time."""
+    block = outer_block(nodes, 2)
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
     def panel_pass(panels, x, y, s, panel_begin, panel_end):
@@ -425,30 +434,15 @@ def _panel_pass(block):
     return panel_pass
 
 
-_six_nodes_panels = _panel_pass(_six_nodes_outer)
-_four_nodes_panels = _panel_pass(_four_nodes_outer)
-_two_nodes_panels = _panel_pass(_two_nodes_outer)
-_one_node_panels = _panel_pass(_one_node_outer)
+_panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 4, 3, 2, 1)))
 
 
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def panel_rows(panels, x, y, rows, panel_begin, panel_end):
     """y[s, r] = Σ_k panels[r // width, k, r % width] · x[s, k] for s < rows and the rows r of
-    panels [panel_begin, panel_end): 6 nodes a panel at a time (12 accumulators, 97–98
-    GFLOP/s on one thread), the last 1–5 nodes as 4, 2 and 1. Few block shapes, since every
-    kernel compiles them anew (numba links its callees' IR)."""
-    s = 0
-    while s + 6 <= rows:
-        _six_nodes_panels(panels, x, y, s, panel_begin, panel_end)
-        s += 6
-    if s + 4 <= rows:
-        _four_nodes_panels(panels, x, y, s, panel_begin, panel_end)
-        s += 4
-    if s + 2 <= rows:
-        _two_nodes_panels(panels, x, y, s, panel_begin, panel_end)
-        s += 2
-    if s < rows:
-        _one_node_panels(panels, x, y, s, panel_begin, panel_end)
+    panels [panel_begin, panel_end), with `matmul_rows`' choice of node passes: 6 nodes a
+    panel at a time is 12 accumulators, 97–98 GFLOP/s on one thread."""
+    _panel_walk(panels, x, y, rows, panel_begin, panel_end)
 
 
 @numba.njit(nogil=True, cache=True)

@@ -24,16 +24,17 @@ def cache_dir():
 
 
 def source_digest(source, runtime):
-    """A digest of the source, the runtime module it imports (numba's cache does not see
+    """A digest of the source, the runtime modules it imports (numba's cache does not see
     changes there) and numba's version."""
-    digest = hashlib.sha256(source.encode() + pathlib.Path(runtime).read_bytes()
+    digest = hashlib.sha256(source.encode()
+                            + b"".join(pathlib.Path(path).read_bytes() for path in runtime)
                             + numba.__version__.encode())
     return digest.hexdigest()[:20]
 
 
 def load_module(source, name, runtime):
-    """Import `source` as a module from the cache directory; `runtime` is the path of the
-    module of helpers it imports."""
+    """Import `source` as a module from the cache directory; `runtime` holds the paths of the
+    modules of helpers it imports."""
     module_name = f"recjit_generated_{name}_{source_digest(source, runtime)}"
     with _lock:
         if module_name in sys.modules:

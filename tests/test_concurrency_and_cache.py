@@ -1,4 +1,8 @@
-"""`run` from several threads at once, and the compile cache's keys."""
+"""`run` from several threads at once, the compile cache's keys, and kernels loaded from the
+disk cache."""
+import os
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -57,3 +61,24 @@ def test_new_dtypes_and_schedules_compile_new_kernels_with_the_output_dtype_of_t
     exact = rj.Schedule(fast_math=False)
     assert tree_lstm.compile(forest, single, schedule=exact) is not tree_lstm.compile(forest,
                                                                                       single)
+
+
+def test_a_kernel_loaded_from_the_disk_cache_in_a_new_process_finds_the_runtime():
+    """Kernels call the runtime's products by a symbol that `CpuKernel` registers; a kernel
+    that numba loads from its cache is not compiled again, and must find them all the same."""
+    forest = rj.Forest.random_binary(4, seed=1, vocab_size=20)
+    tree_lstm.run(forest, make_params(8, 20, "float64", seed=5))
+    program = ("import sys; sys.path.insert(0, 'examples'); import numpy as np\n"
+               "import recjit as rj; from tree_lstm import tree_lstm, make_params\n"
+               "forest = rj.Forest.random_binary(4, seed=1, vocab_size=20)\n"
+               "p = make_params(8, 20, 'float64', seed=5)\n"
+               "got, want = tree_lstm.run(forest, p), tree_lstm.reference(forest, p)\n"
+               "kernel = tree_lstm.compile(forest, p).backend_kernel.function\n"
+               "print(sum(kernel.stats.cache_hits.values()))\n"
+               "print(max(float(np.abs(g - w).max()) for g, w in zip(got.nodes, want.nodes)))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    output = subprocess.run([sys.executable, "-c", program], cwd=root, capture_output=True,
+                            text=True, timeout=300, check=True).stdout.split()
+    cache_hits, difference = int(output[0]), float(output[1])
+    assert cache_hits == 1
+    assert difference < 1e-12

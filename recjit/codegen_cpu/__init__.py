@@ -7,7 +7,7 @@ import numpy as np
 from ..generated import load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..result import Result
-from . import runtime
+from . import calls, runtime
 from .emit import emit_source
 
 # One kernel at a time in this process: each already uses every core, and numba's workqueue
@@ -26,8 +26,9 @@ class CpuKernel:
         self.dtype = np.dtype(kernel.dtype)
         self.parameters = kernel_parameters(kernel)
         self.source = emit_source(kernel, fast_math, pack_from_nodes, header)
-        self.function = getattr(load_module(self.source, kernel.name, runtime.__file__),
-                                kernel.name)
+        calls.export(self.dtype)
+        module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
+        self.function = getattr(module, kernel.name)
 
     def run(self, linearized, params, shapes, device_output=False):
         """The states of every node in the forest's order, on the host (`model.run` refuses

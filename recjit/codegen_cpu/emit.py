@@ -201,8 +201,8 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
-             "from recjit.codegen_cpu.runtime import (matmul_rows, matmul_share, pack_share,",
-             "                                        weight_panels)", "",
+             "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
+             "                                      weight_panels)", "",
              f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), "",
              '@njit(parallel=True, fastmath=True, cache=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]

@@ -55,7 +55,7 @@ class CudaKernel:
             self.persistent = {}
             self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header,
                                                          device.launch_bound(self.threads))
-        module = load_module(self.source, f"{self.kernel.name}_cuda", runtime.__file__)
+        module = load_module(self.source, f"{self.kernel.name}_cuda", (runtime.__file__,))
         self.function = getattr(module, self.kernel.name)
         self.cooperative_launch = None
 

@@ -1,0 +1,101 @@
+"""The runtime's products as generated kernels call them: by a symbol that is resolved when the
+kernel's machine code is loaded, not by linking the runtime into the kernel.
+
+A call from one numba function to another links the callee's LLVM IR into the caller's module
+and optimizes it there again, and numba compiles every prange region as a function of its own.
+TreeLSTM h256's kernel, whose regions call the products a dozen times, took 25 s to compile
+that way against 9 s calling them by symbol. Here each product is compiled once per dtype, for
+arrays of any layout (numba keeps it in its disk cache), and its machine code is registered
+under a symbol (`export`); the kernel declares that symbol and calls it with numba's calling
+convention. A kernel that numba loads from its cache is not typed again, so nothing in it
+registers the symbols: `CpuKernel` exports its dtype's before it loads the kernel."""
+import threading
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+from numba import types
+from numba.core import cgutils
+from numba.core.errors import TypingError
+from numba.extending import intrinsic
+
+from . import runtime
+
+_lock = threading.Lock()
+_exported = set()
+
+
+def _parameters(name, dtype):
+    """The types each product is compiled for: the kernel's arguments converted to these."""
+    matrix, panels, index = (types.Array(dtype, 2, "A"), types.Array(dtype, 3, "A"),
+                             types.intp)
+    return {"matmul_rows": (matrix, matrix, matrix, index, index, index),
+            "matmul_share": (matrix, panels, matrix, matrix, index, index, index, index,
+                             types.boolean),
+            "pack_share": (matrix, panels, index, index, index)}[name]
+
+
+PRODUCTS = ("matmul_rows", "matmul_share", "pack_share")
+
+
+def _symbol(name, dtype):
+    return f"recjit_cpu_{name}_{dtype}"
+
+
+def export(dtype):
+    """Compile (or load from numba's cache) every product for `dtype` (a NumPy dtype or its
+    name) and register the symbols kernels call them by, once a process."""
+    dtype = numba.from_dtype(np.dtype(dtype))
+    with _lock:
+        for name in PRODUCTS:
+            symbol = _symbol(name, dtype)
+            if symbol in _exported:
+                continue
+            dispatcher, parameters = getattr(runtime, name), _parameters(name, dtype)
+            dispatcher.compile(parameters)
+            compiled = dispatcher.overloads[parameters]
+            llvm.add_symbol(symbol, compiled.library.get_pointer_to_function(
+                compiled.fndesc.llvm_func_name))
+            _exported.add(symbol)
+
+
+def _call_by_symbol(name, typingctx, arguments):
+    """The signature and code of an intrinsic with the product's parameters that calls it by
+    symbol."""
+    arrays = [a for a in arguments if isinstance(a, types.Array)]
+    if not arrays or arrays[0].dtype not in (types.float32, types.float64):
+        raise TypingError(f"{name} needs float32 or float64 arrays, not {arguments}")
+    parameters = _parameters(name, arrays[0].dtype)
+    if not all(typingctx.can_convert(a, p) for a, p in zip(arguments, parameters)):
+        raise TypingError(f"{name} takes {parameters}, not {arguments}")
+    export(str(arrays[0].dtype))
+    symbol = _symbol(name, arrays[0].dtype)
+
+    def codegen(context, builder, signature, values):
+        converted = [context.cast(builder, value, argument, parameter)
+                     for value, argument, parameter in zip(values, signature.args, parameters)]
+        function = cgutils.get_or_insert_function(
+            builder.module, context.call_conv.get_function_type(types.none, parameters), symbol)
+        context.call_conv.call_function(builder, function, types.none, parameters, converted)
+        return context.get_dummy_value()
+
+    return types.void(*arguments), codegen
+
+
+@intrinsic
+def matmul_rows(typingctx, weight, x, y, rows, row_begin, row_end):
+    return _call_by_symbol("matmul_rows", typingctx, (weight, x, y, rows, row_begin, row_end))
+
+
+@intrinsic
+def matmul_share(typingctx, weight, panels, x, y, rows, row_block, worker, workers, forward):
+    return _call_by_symbol("matmul_share", typingctx,
+                           (weight, panels, x, y, rows, row_block, worker, workers, forward))
+
+
+@intrinsic
+def pack_share(typingctx, weight, panels, row_block, worker, workers):
+    return _call_by_symbol("pack_share", typingctx, (weight, panels, row_block, worker, workers))
+
+
+weight_panels = runtime.weight_panels

@@ -457,8 +457,12 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
     """Worker `worker` of `workers`' share of the product over all of the weight's rows: a
     contiguous run of blocks of `row_block` rows, walked forwards or backwards. Alternating the
     direction from one batch to the next makes the rows a worker used last the first it uses
-    again, while they are still in its L2. The rows of whole panels go through `panel_rows`
-    (when the run packed any, and y's columns are adjacent), the others `matmul_rows`."""
+    again, while they are still in its L2. The rows of whole panels go through `panel_rows`'
+    walk (when the run packed any, and y's columns are adjacent), the others `matmul_rows'`.
+    The walks are inlined, not called: a call to another cached runtime function could land
+    in the copy of it that numba links into this one and optimizes again, and that copy of
+    `panel_rows` ran 45% slower (142 against 98 µs, 24 nodes × 768 rows), depending on which
+    function a process happened to load first."""
     num_rows = weight.shape[0]
     width = panels.shape[2]
     use_panels = panels.shape[0] > 0 and y.strides[1] == y.itemsize
@@ -470,8 +474,8 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
         panel_begin = -(-row_begin // width)
         panel_end = min(panels.shape[0], row_end // width)
         if not use_panels or panel_begin >= panel_end:
-            matmul_rows(weight, x, y, rows, row_begin, row_end)
+            _dot_walk(weight, x, y, rows, row_begin, row_end)
             continue
-        matmul_rows(weight, x, y, rows, row_begin, panel_begin * width)
-        panel_rows(panels, x, y, rows, panel_begin, panel_end)
-        matmul_rows(weight, x, y, rows, panel_end * width, row_end)
+        _dot_walk(weight, x, y, rows, row_begin, panel_begin * width)
+        _panel_walk(panels, x, y, rows, panel_begin, panel_end)
+        _dot_walk(weight, x, y, rows, panel_end * width, row_end)

@@ -2,8 +2,8 @@
 import numpy as np
 from hypothesis import given, strategies as st
 
-from recjit.codegen_cpu.runtime import (matmul_rows, matmul_share, pack_share, panel_rows,
-                                       weight_panels)
+from recjit.codegen_cpu.runtime import (OUTER_CHUNK, matmul_rows, matmul_share, pack_share,
+                                       panel_rows, weight_panels)
 
 
 @given(st.integers(0, 20), st.integers(1, 9), st.integers(1, 40),
@@ -124,3 +124,17 @@ def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
     matmul_share(weight, panels, x, y[:, ::2], 5, 32, 0, 1, True)
     np.testing.assert_allclose(y[:, ::2], x @ weight.T, rtol=1e-5, atol=1e-5)
     assert np.isnan(y[:, 1::2]).all()
+
+
+def test_outer_blocks_keep_the_small_terms_of_a_long_row_behind_a_large_first_one():
+    """A row of 1 then 511 terms of 2^-25, below half a float32 ulp of 1: one running sum
+    loses them all; sums of `OUTER_CHUNK` columns added to y lose only the first chunk's."""
+    tiny = 2.0 ** -25
+    weight = np.full((16, 512), tiny, dtype=np.float32)
+    weight[:, 0] = 1
+    panels = weight_panels(weight, True)
+    pack_share(weight, panels, 16, 0, 1)
+    y = np.zeros((1, 16), dtype=np.float32)
+    panel_rows(panels, np.ones((1, 512), dtype=np.float32), y, 1, 0, 1)
+    chunks = 512 // OUTER_CHUNK
+    np.testing.assert_array_equal(y, 1 + (chunks - 1) * OUTER_CHUNK * tiny)

@@ -25,6 +25,7 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, nary_forests, random_dags, \
     seeds, word_sequences
+from numba import cuda
 from numba.core import config
 
 VOCAB = 12
@@ -187,6 +188,22 @@ def test_device_parameters_are_reused_across_runs():
                            tree_lstm.reference(forest, p))
 
 
+def test_a_device_parameter_replaced_between_runs_is_the_one_the_next_run_reads():
+    """Device parameters are kept by identity from run to run: another array in their place
+    is read, and host parameters are copied again at every run, changed or not."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    other = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    forest = rj.Forest.from_nested([(1, (2, 3)), 4])
+    on_device = p.to_device()
+    tree_lstm.run(forest, on_device, backend="cuda")
+    on_device.W_iou = cuda.to_device(other.W_iou)
+    p.W_iou = other.W_iou
+    assert_same_result(tree_lstm.run(forest, on_device, backend="cuda"),
+                       tree_lstm.reference(forest, p))
+    p.W_iou[:] = -p.W_iou
+    assert_same_result(tree_lstm.run(forest, p, backend="cuda"), tree_lstm.reference(forest, p))
+
+
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
 def test_products_of_more_columns_than_a_warp_has_lanes_equal_reference(schedule):
     """On a GPU a warp computes each output of a product of 32 columns or more, its lanes
@@ -237,7 +254,7 @@ def test_buffers_keep_the_most_recently_used_layouts_only():
     buffers = DeviceBuffers()
 
     def states(nodes=1, columns=1):
-        return buffers.states(nodes, {"state_0": columns}, np.float64)
+        return buffers.states(nodes, (("state_0", columns),), np.float64)
 
     first = states()
     assert states(nodes=2) is first  # the same bucket of rows
@@ -262,6 +279,17 @@ def test_forest_arrays_of_several_dtypes_and_odd_sizes_go_up_in_one_buffer_intac
         on_host = views[name].copy_to_host()
         assert on_host.dtype == values.dtype
         np.testing.assert_array_equal(on_host[:len(values)], values)
+
+
+def test_states_of_different_widths_come_back_from_one_buffer_intact():
+    from recjit.codegen_cuda.buffers import DeviceBuffers
+    states = DeviceBuffers().states(5, (("h", 3), ("C", 7), ("c", 1)), np.float32)
+    written = {name: np.arange(array.size, dtype=np.float32).reshape(array.shape) + 1000 * i
+               for i, (name, array) in enumerate(states.arrays.items())}
+    for name, values in written.items():
+        states.arrays[name].copy_to_device(values)
+    for (name, values), on_host in zip(written.items(), states.to_host(5)):
+        np.testing.assert_array_equal(on_host, values[:5])
 
 
 def test_device_output_is_not_overwritten_by_the_next_run():

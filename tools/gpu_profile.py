@@ -60,13 +60,10 @@ def profile(name, hidden, batch, trees, runs, schedule):
 
 def pieces(kernel, linearized, p, shapes, runs):
     """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
-    launch alone between CUDA events."""
-    from recjit.codegen_cuda import _parameter, forest_arguments
-    from recjit.lowering.arguments import kernel_parameters
-    steps = {"forest arguments": [], "forest upload": [], "parameters": [], "states, scratch": [],
-             "launch (host)": [], "launch (events)": [], "copy back": []}
+    launch alone between CUDA events. cProfile (above) breaks the host's steps down."""
+    steps = {"arguments (forest upload, parameters, states, scratch)": [], "launch (host)": [],
+             "launch (events)": [], "copy back": []}
     start, stop = cuda.event(), cuda.event()
-    dtype = np.dtype(kernel.kernel.dtype)
     for _ in range(runs):
         clock = time.perf_counter()
 
@@ -77,24 +74,14 @@ def pieces(kernel, linearized, p, shapes, runs):
             steps[step].append(1e3 * (now - clock))
             clock = now
 
-        scalars, forest_arrays = forest_arguments(kernel.kernel, linearized)
-        lap("forest arguments")
-        on_device = kernel.buffers.forest(forest_arrays)
-        lap("forest upload")
-        parameters = {name: _parameter(p, attribute, dtype)
-                      for name, attribute in kernel_parameters(kernel.kernel)}
-        lap("parameters")
-        states = kernel.buffers.states(linearized.num_nodes, dict(kernel.kernel.states), dtype)
-        scratch = kernel.scratch_for(scalars, dtype)
-        lap("states, scratch")
-        arguments = kernel.arguments(scalars, {**on_device, **parameters, **states}, scratch)
+        arguments, states = kernel.prepare(linearized, p)
+        lap("arguments (forest upload, parameters, states, scratch)")
         start.record()
-        kernel.launch_fused(arguments)
+        kernel.launch_all(arguments)
         stop.record()
         lap("launch (host)")
         steps["launch (events)"].append(start.elapsed_time(stop))
-        kernel.result([states[name] for name, _ in kernel.kernel.states], shapes, linearized,
-                      device_output=False)
+        kernel.result(states, shapes, linearized, device_output=False)
         lap("copy back")
     return {step: float(np.median(times)) for step, times in steps.items()}
 

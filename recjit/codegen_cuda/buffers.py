@@ -37,18 +37,25 @@ class _Kept(OrderedDict):
         return self[key]
 
 
+def _packed(layout):
+    """Each array's bytes [begin, end) in one buffer holding the arrays of `layout`
+    ((name, dtype, shape), ...), every one starting on an ALIGNMENT boundary; and its size."""
+    spans, total = [], 0
+    for _, dtype, shape in layout:
+        end = total + int(np.prod(shape)) * np.dtype(dtype).itemsize
+        spans.append((total, end))
+        total = -(-end // ALIGNMENT) * ALIGNMENT
+    return spans, max(total, ALIGNMENT)
+
+
 class _Upload:
     """One layout of forest arrays packed into one byte buffer: pinned on the host, its copy on
-    the device, and each array's view of both. Every array starts on an ALIGNMENT boundary."""
+    the device, and each array's view of both."""
 
     def __init__(self, layout):
-        spans, total = [], 0  # each array's bytes [begin, end) in the buffer
-        for _, dtype, shape in layout:
-            end = total + int(np.prod(shape)) * np.dtype(dtype).itemsize
-            spans.append((total, end))
-            total = -(-end // ALIGNMENT) * ALIGNMENT
-        self.staging = device.pinned_array(max(total, ALIGNMENT), np.uint8)
-        self.on_device = device.device_array(max(total, ALIGNMENT), np.uint8)
+        spans, total = _packed(layout)
+        self.staging = device.pinned_array(total, np.uint8)
+        self.on_device = device.device_array(total, np.uint8)
         self.staged, self.views = {}, {}
         for (name, dtype, shape), (begin, end) in zip(layout, spans):
             self.staged[name] = self.staging[begin:end].view(dtype)
@@ -59,6 +66,31 @@ class _Upload:
             self.staged[name][:values.size] = values.ravel()
         device.copy_bytes_to_device(self.on_device, self.staging)
         return self.views
+
+
+class _States:
+    """One layout of states packed into one device buffer, each state's rows after the one
+    before's, and pinned host memory as large: a run's states come back in one copy, which
+    also takes the slack rows of all but the last state (H100: two pageable copies of
+    TreeLSTM's two states took 0.07 ms for 7 nodes, 0.16 ms for 312)."""
+
+    def __init__(self, rows, columns, dtype):
+        layout = tuple((name, dtype, (rows, size)) for name, size in columns)
+        self.spans, total = _packed(layout)
+        self.on_device = device.device_array(total, np.uint8)
+        self.staging = device.pinned_array(total, np.uint8)
+        self.row_bytes = [size * np.dtype(dtype).itemsize for _, size in columns]
+        self.dtype = dtype
+        self.arrays = {name: self.on_device[begin:end].view(dtype).reshape(shape)
+                       for (name, _, shape), (begin, end) in zip(layout, self.spans)}
+
+    def to_host(self, rows):
+        """Each state's first `rows` rows, in host arrays of their own."""
+        device.copy_bytes_to_host(self.staging, self.on_device,
+                                  self.spans[-1][0] + rows * self.row_bytes[-1])
+        return [self.staging[begin:begin + rows * row_bytes].view(self.dtype)
+                .reshape(rows, row_bytes // np.dtype(self.dtype).itemsize).copy()
+                for (begin, _), row_bytes in zip(self.spans, self.row_bytes)]
 
 
 class DeviceBuffers:
@@ -76,10 +108,11 @@ class DeviceBuffers:
         return self._uploads.get_or_make(layout, lambda: _Upload(layout)).copy(arrays)
 
     def states(self, num_nodes, columns, dtype):
-        """{name: a (bucketed num_nodes, columns) device array} for {name: columns}."""
+        """The states {name: a (bucketed num_nodes, size) device array} for the ((name, size),
+        ...) of `columns`, and their way back to the host."""
         rows = bucket(num_nodes)
-        return self._states.get_or_make((rows, tuple(columns.items()), dtype), lambda: {
-            name: device.device_array((rows, size), dtype) for name, size in columns.items()})
+        key = (rows, columns, np.dtype(dtype).str)
+        return self._states.get_or_make(key, lambda: _States(rows, columns, dtype))
 
     def scratch(self, shapes, leading, dtype):
         """{name: device array} for {name: shape}: the first `leading[name]` dimensions as

@@ -3,6 +3,7 @@ would run instead, in one process, on the same parameters and inputs.
 
     python benchmarks/bench.py [--trees ../shared/data/sst/test.txt] [--quick]
                                [--models tree_lstm,...] [--machine NAME] [--cuda | --no-cuda]
+    python benchmarks/bench.py --merge PART.json... --machine NAME
 
 Every peer's roots are checked against the naive recursion before it is timed. Latency is the
 median over batches after a warm-up batch; recjit's compile and linearization times are reported
@@ -255,7 +256,7 @@ def markdown(results):
              f"{results['cpu']}; numba {results['versions']['numba']}, NumPy "
              f"{results['versions']['numpy']}; float32 matmul roof "
              f"{results['matmul_gflops']:.0f} GFLOP/s"
-             + (f"; GPU {results['gpu']}" if results.get("gpu") else "")
+             + (f"; GPU {_gpu_line(results['gpu'])}" if results.get("gpu") else "")
              + ". Median ms per batch; in brackets, how many times slower than recjit cpu.", "",
              "| model | hidden | batch | recjit cpu | GFLOP/s | compile s | linearize ms | "
              + " | ".join(peer_names) + " |",
@@ -273,6 +274,11 @@ def markdown(results):
     lines += [f"| {text} | {value} | {'yes' if met else 'no'} |"
               for text, value, met in results["targets"]]
     return "\n".join(lines) + "\n"
+
+
+def _gpu_line(gpu):
+    return (f"{gpu['name']} ({gpu['multiprocessors']} multiprocessors, driver {gpu['driver']}, "
+            f"runtime {gpu['runtime']}, numba-cuda {gpu['numba_cuda']})")
 
 
 def plot(results, path):
@@ -346,6 +352,25 @@ def write_results(base, results, markdown_text, plot_to):
     print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
 
 
+def merge(paths, machine):
+    """One results file from runs of the same machine over different models (a GPU call's
+    time limit splits the full bench in two): their rows in the zoo's order, the highest
+    roof any of them measured, the targets judged again on all the rows."""
+    parts = []
+    for path in paths:
+        with open(path) as handle:
+            parts.append(json.load(handle))
+    order = [b.name for b in ZOO]
+    results = {**parts[0], "machine": machine, "merged_from": [p["machine"] for p in parts],
+               "rows": sorted((row for part in parts for row in part["rows"]),
+                              key=lambda row: (order.index(row["model"]), row["hidden"],
+                                               row["batch"])),
+               "matmul_gflops": max(p["matmul_gflops"] for p in parts),
+               "matmul_gflops_at_end": max(p["matmul_gflops_at_end"] for p in parts)}
+    results["targets"] = targets(results)
+    write_results(os.path.join(HERE, "results", machine), results, markdown(results), plot)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_common_arguments(parser)
@@ -355,7 +380,13 @@ def main():
     parser.add_argument("--cuda-threads", default="",
                         help="comma-separated threads a block to run recjit's CUDA kernel at "
                              "too, beside the default (Schedule(threads=...))")
+    parser.add_argument("--merge", nargs="+", metavar="PART.json",
+                        help="write one results file (--machine) from these and run nothing")
     args = parser.parse_args()
+    if args.merge:
+        if not args.machine:
+            parser.error("--merge needs --machine, the merged file's name")
+        return merge(args.merge, args.machine)
     header, trees = setup(parser, args, args.machine)
     gpu = header["gpu"]
     count, repeat = (4, 1) if args.quick else (20, 3)

@@ -148,8 +148,9 @@ def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
 @pytest.mark.parametrize("refactor, launches", [
     # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
     (False, 3 + 3 * 4),
-    # the same, each pass followed by the 2 refactored products of its states; no batch packs
-    (True, (3 + 2) + 3 * (1 + 2))], ids=["plain", "refactored"])
+    # the same, each pass followed by the 2 refactored products of its states, but for the
+    # last batch (the roots: no parent reads them); no batch packs
+    (True, (3 + 2) + 2 * (1 + 2) + 1)], ids=["plain", "refactored"])
 def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch, refactor, launches):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")

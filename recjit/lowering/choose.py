@@ -1,9 +1,10 @@
 """The compiler's half of the schedule: the fields a `Schedule` leaves at None, chosen per
 model and backend, and the checks that a schedule fits them."""
 from ..errors import ScheduleError
-from .ilir import Barrier, If, Loop
+from .ilir import Barrier, Loop
 from .lower import lower
 from .refactor import refactor
+from .traffic import internal_path
 
 
 def choose_schedule(cell, schedule, backend, kind, arity):
@@ -38,10 +39,4 @@ def barriers_per_batch(kernel):
 
 
 def _barriers(body):
-    count = 0
-    for statement in body:
-        if isinstance(statement, Barrier):
-            count += 1
-        elif isinstance(statement, If):  # the internal case is the `else` of a batch's branch
-            count += _barriers(statement.orelse)
-    return count
+    return sum(1 for statement in internal_path(body) if isinstance(statement, Barrier))

@@ -26,6 +26,8 @@ from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
 STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
+# The batch loop counts b down to 0; batch 0, the last, holds roots only.
+NOT_LAST_BATCH = BinOp(">", Var("b"), Const(0))
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
 
 
@@ -357,18 +359,22 @@ class PassLowering:
                           Let("num_edges", BinOp("-", edge_end, Var("edge_base")))] + statements
         return allocations, statements
 
-    def lower_states(self, projections, first, count):
+    def lower_states(self, projections, first, count, last_batch_skips=False):
         """`lower` of the case's states, then the refactored products of the pass's nodes
-        first..first+count, read straight from the states just stored."""
+        first..first+count, read straight from the states just stored. `last_batch_skips`:
+        the pass is a whole batch, and the last one (roots only) multiplies nothing, since
+        no parent reads its products."""
         allocations, statements = self.lower(
             [(v, state_name(c)) for c, v in enumerate(self.case.outputs)])
         if projections:
-            statements.append(Barrier("the refactored products read the states just computed"))
-            statements += [MatMul(param_name(projection.weight),
-                                  state_name(projection.component), projection.name, count,
-                                  self.row_block, x_row=first, y_row=first,
-                                  columns=projection.columns)
-                           for projection in projections]
+            products = [Barrier("the refactored products read the states just computed")]
+            products += [MatMul(param_name(projection.weight),
+                                state_name(projection.component), projection.name, count,
+                                self.row_block, x_row=first, y_row=first,
+                                columns=projection.columns)
+                         for projection in projections]
+            statements += ([If(NOT_LAST_BATCH, tuple(products))] if last_batch_skips
+                           else products)
         return allocations, statements
 
     def phase(self, matvecs, phase):
@@ -558,13 +564,13 @@ def lower(cell, schedule):
                                   add(Var("begin"), Var("slot")), Var("max_batch_size"),
                                   available, row_block, Var("max_batch_edges"))
         batch_allocations, batch_statements = batch_pass.lower_states(
-            projections, Var("begin"), Var("count"))
+            projections, Var("begin"), Var("count"), last_batch_skips=True)
     first_batch = 2
     if not schedule.specialize:
         leaf_pass = PassLowering(cell, leaf, "leaf_", Var("count"), add(Var("begin"), Var("slot")),
                                  Var("max_level_size"), {}, row_block)
         leaf_allocations, leaf_statements = leaf_pass.lower_states(
-            projections, Var("begin"), Var("count"))
+            projections, Var("begin"), Var("count"), last_batch_skips=True)
         batch_allocations = leaf_allocations + batch_allocations
         batch_statements = [If(BinOp(">=", Var("begin"), Var("leaf_begin")),
                                tuple(leaf_statements), tuple(batch_statements))]
@@ -573,8 +579,9 @@ def lower(cell, schedule):
     batch_loop = Loop("b", BinOp("-", Var("num_batches"), Const(first_batch)), Const(-1), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),
          Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
-        + batch_statements
-        + [Barrier("the next batch reads this batch's states")]), step=-1)
+        + _then_unless_last_batch(batch_statements,
+                                  Barrier("the next batch reads this batch's states"))),
+        step=-1)
     body += [Comment("the batches, from the leaves up" if schedule.specialize else
                      "the batches, leaves included: one loop nest that branches on the "
                      "batch's case (not specialized)")] + batch_allocations + [batch_loop]
@@ -584,6 +591,15 @@ def lower(cell, schedule):
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   structure + fields + params + tuple(name for name, _ in states), states,
                   tuple(body), distinct_key=key)
+
+
+def _then_unless_last_batch(statements, barrier):
+    """`statements`, then `barrier`: inside their own guard against the last batch (b = 0)
+    where they end with one, since nothing runs after that batch."""
+    last = statements[-1] if statements else None
+    if isinstance(last, If) and last.condition == NOT_LAST_BATCH and not last.orelse:
+        return statements[:-1] + [replace(last, body=last.body + (barrier,))]
+    return statements + [barrier]
 
 
 def unrolled_batch(cell, internal, available, projections, row_block):

@@ -11,15 +11,20 @@ def batch_traffic(kernel, weight_shapes, itemsize):
     batch_loop = next(statement for statement in kernel.body
                       if isinstance(statement, Loop) and statement.var == "b")
     counter = _Counter(weight_shapes)
-    counter.visit(_internal_path(batch_loop.body), 1)
+    counter.visit(internal_path(batch_loop.body), 1)
     return counter.weights * itemsize, counter.per_node * itemsize
 
 
-def _internal_path(body):
-    """The statements an internal batch runs: the `else` side of a per-batch branch."""
+def internal_path(body):
+    """The statements an internal batch (not the last) runs: of a branch on the batch's
+    case, the `else` side; of a guard (an `if` without `else`: not the last batch), the
+    body."""
     path = []
     for statement in body:
-        path += _internal_path(statement.orelse) if isinstance(statement, If) else [statement]
+        if isinstance(statement, If):
+            path += internal_path(statement.orelse or statement.body)
+        else:
+            path.append(statement)
     return path
 
 

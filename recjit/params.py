@@ -39,11 +39,11 @@ def shape_and_dtype(value):
     """A parameter's shape and dtype, without copying a device array to the host."""
     if isinstance(value, np.ndarray):
         return value.shape, value.dtype
+    if hasattr(value, "copy_to_host"):  # numba builds its interface anew at every read
+        return tuple(value.shape), value.dtype
     if hasattr(value, "__cuda_array_interface__"):
         interface = value.__cuda_array_interface__
         return tuple(interface["shape"]), np.dtype(interface["typestr"])
-    if hasattr(value, "copy_to_host"):
-        return tuple(value.shape), value.dtype
     value = np.asarray(value)
     return value.shape, value.dtype
 

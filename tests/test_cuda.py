@@ -116,23 +116,23 @@ def test_unrolled_sequence_models_equal_reference(name, fusion, forest, seed):
 
 def launch_grids(monkeypatch, run):
     """The grid of every kernel launch `run()` makes: each launch configures a dispatcher,
-    or, on a GPU, goes to cuda.core with arguments recjit flattened (`CooperativeLaunch`)."""
+    or, on a GPU, goes to the driver with parameters recjit laid out (`CooperativeLaunch`)."""
     from recjit.codegen_cuda import device
     from recjit.codegen_cuda.runtime import matmul_kernel
     dispatcher_type = type(matmul_kernel)
-    configure, core_launch = dispatcher_type.__getitem__, device.core_launch
+    configure, driver_launch = dispatcher_type.__getitem__, device.driver_launch
     grids = []
 
     def recording(self, configuration):
         grids.append(configuration[0])
         return configure(self, configuration)
 
-    def recording_core_launch(stream, config, kernel, *arguments):
-        grids.append(config.grid[0])
-        return core_launch(stream, config, kernel, *arguments)
+    def recording_driver_launch(function, blocks, *arguments):
+        grids.append(blocks)
+        return driver_launch(function, blocks, *arguments)
 
     monkeypatch.setattr(dispatcher_type, "__getitem__", recording)
-    monkeypatch.setattr(device, "core_launch", recording_core_launch)
+    monkeypatch.setattr(device, "driver_launch", recording_driver_launch)
     run()
     monkeypatch.undo()
     return grids
@@ -143,6 +143,23 @@ def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
     tree_lstm.run(forest, p, backend="cuda")
     assert len(launch_grids(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda"))) == 1
+
+
+@pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator launches through numba")
+def test_a_fused_launch_on_a_gpu_goes_to_the_driver_with_parameters_laid_out_once(monkeypatch):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float32").to_device()
+    tree_lstm.run(forest, p, backend="cuda")
+    driver_launch, buffers = device.driver_launch, []
+
+    def recording(function, blocks, threads, stream, parameters):
+        buffers.append(parameters)
+        return driver_launch(function, blocks, threads, stream, parameters)
+
+    monkeypatch.setattr(device, "driver_launch", recording)
+    for _ in range(2):
+        tree_lstm.run(forest, p, backend="cuda")
+    assert len(buffers) == 2 and buffers[0] is buffers[1]
 
 
 @pytest.mark.parametrize("refactor, launches", [

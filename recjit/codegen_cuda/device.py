@@ -1,6 +1,7 @@
 """What the CUDA backend asks of numba.cuda: the one place that tells numba's simulator
 (`NUMBA_ENABLE_CUDASIM=1`, which runs a cooperative grid of one block) from a GPU."""
 import ctypes
+import operator
 
 import numpy as np
 from numba import cuda
@@ -8,14 +9,6 @@ from numba.core import config
 from numba.core import types as numba_types
 from numba.cuda.cudadrv import driver
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
-
-try:
-    from cuda.core import LaunchConfig
-    from cuda.core import launch as core_launch
-    from numba.cuda._compat import CUDA_CORE_GE_1_0
-    _COOPERATIVE = "is_cooperative" if CUDA_CORE_GE_1_0 else "cooperative_launch"
-except ImportError:  # numba's simulator without cuda-python: CooperativeLaunch defers to numba
-    LaunchConfig = core_launch = _COOPERATIVE = None
 
 from ..errors import InputError, RecJitError
 from ..schedule import MAX_THREADS
@@ -54,36 +47,41 @@ def multiprocessors():
 
 
 class CooperativeLaunch:
-    """A fused kernel's cooperative launch, its arguments flattened here rather than by
-    numba-cuda. numba-cuda's launch path types every argument and flattens each device array
-    into meminfo, parent, size, itemsize, pointer, shape and strides in Python at every call,
-    about 0.1 ms for ~25 arguments (H100, numba-cuda 0.30.4). A run's arrays are the same
-    objects from run to run (buffers.py keeps them), so each one's flattened form is kept,
-    keyed by the array. Arguments of other types than the first launch's, and the simulator,
-    go through numba's own launch."""
+    """A fused kernel's cooperative launch, made through the driver's
+    `cuLaunchCooperativeKernel` with parameters recjit lays out itself. numba-cuda's launch
+    types every argument and flattens each device array into meminfo, parent, size,
+    itemsize, pointer, shape and strides in Python at every call (~0.1 ms for ~25
+    arguments), and `cuda.core`'s launch then converts each of ~150 values (0.05 ms; H100,
+    numba-cuda 0.30.4). A run's arrays are the same objects from run to run (buffers.py
+    keeps them), so the parameters of each set of arrays are laid out once in a C buffer
+    (`ParameterBuffer`); a launch writes the scalars into it and calls the driver.
+    Arguments of other types than the first launch's, and the simulator, go through
+    numba's own launch."""
 
-    KEPT_ARRAYS = 128
+    KEPT_LAYOUTS = 32
 
     def __init__(self, dispatcher, arguments, threads):
         self.dispatcher = dispatcher
         self.threads = threads
         self.classes = tuple(type(a) for a in arguments)
-        self.flattened = {}
+        self.layouts = {}  # {the arrays' ids: (the arrays, their ParameterBuffer)}
         self.fast = False
         if simulated():
             return
         self.types = tuple(dispatcher.typeof_pyval(a) for a in arguments)
         self.compiled = dispatcher.compile(self.types)
-        self.configs = {}
-        self.fast = (LaunchConfig is not None
-                     and all(isinstance(t, (numba_types.Array, numba_types.Integer))
-                             for t in self.types))
+        self.array_positions = [i for i, t in enumerate(self.types)
+                                if isinstance(t, numba_types.Array)]
+        self.scalar_positions = [i for i, t in enumerate(self.types)
+                                 if isinstance(t, numba_types.Integer)]
+        self.fast = (len(self.array_positions) + len(self.scalar_positions) == len(self.types)
+                     and all(self.types[i].bitwidth == 64 for i in self.scalar_positions))
         if self.fast:
             # numba-cuda internals (0.30): a release without them launches through numba.
             try:
-                self.function = self.compiled._codelibrary.get_cufunc().kernel
-                self.stream = driver._to_core_stream(0)  # the default stream, as numba's
-            except AttributeError:
+                self.function = _driver_function(self.compiled._codelibrary.get_cufunc())
+                self.stream = int(driver._to_core_stream(0).handle)  # numba's default stream
+            except (AttributeError, OSError, RecJitError):
                 self.fast = False
 
     def max_blocks(self):
@@ -94,47 +92,105 @@ class CooperativeLaunch:
         return self.compiled.max_cooperative_grid_blocks(self.threads)
 
     def __call__(self, blocks, arguments):
-        values = self._flatten(arguments)
-        if values is None:
+        parameters = self._parameters(arguments)
+        if parameters is None:
             self.dispatcher[blocks, self.threads](*arguments)
             return
-        if blocks not in self.configs:
-            self.configs[blocks] = LaunchConfig(grid=(blocks, 1, 1), block=(self.threads, 1, 1),
-                                                shmem_size=0, **{_COOPERATIVE: True})
-        core_launch(self.stream, self.configs[blocks], self.function, *values)
+        driver_launch(self.function, blocks, self.threads, self.stream, parameters)
 
-    def _flatten(self, arguments):
-        """The kernel's parameter values, or None where numba must launch it."""
+    def _parameters(self, arguments):
+        """The launch's ParameterBuffer with these arguments' scalars written in, or None
+        where numba must launch it."""
         if not self.fast or tuple(type(a) for a in arguments) != self.classes:
             return None
-        values = []
+        arrays = tuple(arguments[i] for i in self.array_positions)
+        key = tuple(map(id, arrays))
+        kept = self.layouts.get(key)
+        if kept is None or not all(map(operator.is_, kept[0], arrays)):
+            parameters = self._lay_out(arguments)
+            if parameters is None:
+                return None
+            if len(self.layouts) >= self.KEPT_LAYOUTS:
+                self.layouts.clear()
+            kept = self.layouts[key] = (arrays, parameters)
+        parameters = kept[1]
+        for slot, position in zip(parameters.scalar_slots, self.scalar_positions):
+            parameters.values[slot] = arguments[position] % _TWO_TO_64
+        return parameters
+
+    def _lay_out(self, arguments):
+        """The arguments flattened as the kernel's parameters are, or None if an array is
+        not of the type the kernel was compiled for."""
+        values, scalar_slots = [], []
         for argument_type, argument in zip(self.types, arguments):
             if isinstance(argument_type, numba_types.Integer):
-                values.append(getattr(ctypes, f"c_{argument_type}")(argument))
+                scalar_slots.append(len(values))
+                values.append(0)
                 continue
-            flat = self._flat_array(argument_type, argument)
-            if flat is None:
+            if (self.dispatcher.typeof_pyval(argument) != argument_type
+                    or not argument.is_c_contiguous()):
                 return None
-            values.extend(flat)
-        return values
+            itemsize = argument.dtype.itemsize
+            strides = [itemsize * int(np.prod(argument.shape[axis + 1:], dtype=np.int64))
+                       for axis in range(argument.ndim)]
+            values += [0, 0, argument.size, itemsize,
+                       argument.device_ctypes_pointer.value or 0, *argument.shape, *strides]
+        return ParameterBuffer(values, scalar_slots)
 
-    def _flat_array(self, argument_type, array):
-        """The array as the kernel's parameters see it, or None if it is not of the type
-        the kernel was compiled for."""
-        kept = self.flattened.get(id(array))
-        if kept is not None and kept[0] is array:
-            return kept[1]
-        if self.dispatcher.typeof_pyval(array) != argument_type or not array.is_c_contiguous():
-            return None
-        itemsize = array.dtype.itemsize
-        strides = [itemsize * int(np.prod(array.shape[axis + 1:], dtype=np.int64))
-                   for axis in range(array.ndim)]
-        flat = (0, 0, array.size, itemsize, array.device_ctypes_pointer.value or 0,
-                *array.shape, *strides)
-        if len(self.flattened) >= self.KEPT_ARRAYS:
-            self.flattened.clear()
-        self.flattened[id(array)] = (array, flat)
-        return flat
+
+class ParameterBuffer:
+    """A launch's parameters, each in an 8-byte slot of one C buffer, and the array of
+    pointers to the slots that the driver reads (its `kernelParams`)."""
+
+    def __init__(self, values, scalar_slots):
+        self.values = (ctypes.c_uint64 * len(values))(*(v % _TWO_TO_64 for v in values))
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * len(values))(*range(base, base + 8 * len(values), 8))
+        self.scalar_slots = scalar_slots
+
+
+_TWO_TO_64 = 1 << 64
+_libcuda = None
+
+
+def _driver():
+    """The CUDA driver library, through ctypes, with the signatures recjit calls."""
+    global _libcuda
+    if _libcuda is None:
+        library = ctypes.CDLL("libcuda.so.1")
+        library.cuLaunchCooperativeKernel.argtypes = (
+            [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p, ctypes.c_void_p])
+        library.cuKernelGetFunction.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        library.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.c_void_p]
+        _libcuda = library
+    return _libcuda
+
+
+def _check(result, call):
+    if result != 0:
+        name = ctypes.c_char_p()
+        _driver().cuGetErrorName(result, ctypes.byref(name))
+        raise RecJitError(f"CUDA driver: {call} failed with "
+                          f"{(name.value or b'error %d' % result).decode()}")
+
+
+def _driver_function(cufunc):
+    """The CUfunction of a kernel numba-cuda loaded: `cuda.core` holds a library's CUkernel,
+    which the driver resolves to the current context's function."""
+    handle = cufunc.kernel.handle
+    if type(handle).__name__ == "CUfunction":
+        return int(handle)
+    function = ctypes.c_void_p()
+    _check(_driver().cuKernelGetFunction(ctypes.byref(function), ctypes.c_void_p(int(handle))),
+           "cuKernelGetFunction")
+    return function.value
+
+
+def driver_launch(function, blocks, threads, stream, parameters):
+    """One cooperative launch of `blocks` blocks of `threads` threads."""
+    _check(_driver().cuLaunchCooperativeKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
+                                               parameters.pointers),
+           "cuLaunchCooperativeKernel")
 
 
 def to_device(what, value, dtype):

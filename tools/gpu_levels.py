@@ -40,16 +40,10 @@ def comb(depth):
 
 def queued_ms(launch, repeats):
     """Per launch, of `QUEUED` launches back to back between two events."""
-    start, stop = cuda.event(), cuda.event()
-    times = []
-    for _ in range(repeats):
-        start.record()
+    def queued():
         for _ in range(QUEUED):
             launch()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / QUEUED)
-    return float(np.median(times))
+    return events_ms(queued, repeats) / QUEUED
 
 
 def host_ms(launch, repeats):

@@ -7,9 +7,9 @@ loop: a block's inputs stay in L1 while its weight rows stream from L2; with the
 measurement on the 2-core EPYC, one thread, 768×256 weight in 32-row slices:
 - 6 nodes × 2 weight rows: per 8 columns 2 weight and 6 input vectors for 12 multiply-adds;
   72–80 GFLOP/s where 4×3 ran at 68–79 and 3×4 or 2×6 spill registers (33–44);
-- the last 1–5 nodes in at most two passes (5 = 3 + 2): 4×2, 3×2, and 2×4 and 1×4, which
-  read a weight row for fewer nodes and so take more rows at once (2 nodes: 43 against 36
-  GFLOP/s for 2×2).
+- the last 1–5 nodes in one pass: 5×2 (71 GFLOP/s, where passes of 3 and 2 ran at 49),
+  4×2, 3×2, and 2×4 and 1×4, which read a weight row for fewer nodes and so take more rows
+  at once (2 nodes: 43 against 36 GFLOP/s for 2×2).
 
 The blocks are LLVM vector IR (a numba intrinsic), not numba code. From a scalar dot product,
 LLVM vectorizes the k loop and then ends each of the block's accumulators with a horizontal
@@ -221,15 +221,16 @@ def _node_pass(nodes, rows):
 
 
 _six_nodes = _node_pass(6, 2)
+_five_nodes = _node_pass(5, 2)
 _four_nodes = _node_pass(4, 2)
 _three_nodes = _node_pass(3, 2)
 _two_nodes = _node_pass(2, 4)
 _one_node = _node_pass(1, 4)
 
 
-def _node_walk(six, four, three, two, one):
-    """rows nodes through passes of 6, then the last 1-5 in at most two passes: 5 = 3 + 2,
-    4, 3, 2, 1. A pass is `(a, x, y, s, begin, end)` for its nodes from s on."""
+def _node_walk(six, five, four, three, two, one):
+    """rows nodes through passes of 6, then the last 1-5 in one pass. A pass is
+    `(a, x, y, s, begin, end)` for its nodes from s on."""
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
     def walk(a, x, y, rows, begin, end):
@@ -237,22 +238,23 @@ def _node_walk(six, four, three, two, one):
         while s + 6 <= rows:
             six(a, x, y, s, begin, end)
             s += 6
-        if s + 4 == rows:
+        left = rows - s
+        if left == 5:
+            five(a, x, y, s, begin, end)
+        elif left == 4:
             four(a, x, y, s, begin, end)
-            s += 4
-        if s + 3 <= rows:
+        elif left == 3:
             three(a, x, y, s, begin, end)
-            s += 3
-        if s + 2 <= rows:
+        elif left == 2:
             two(a, x, y, s, begin, end)
-            s += 2
-        if s < rows:
+        elif left == 1:
             one(a, x, y, s, begin, end)
 
     return walk
 
 
-_dot_walk = _node_walk(_six_nodes, _four_nodes, _three_nodes, _two_nodes, _one_node)
+_dot_walk = _node_walk(_six_nodes, _five_nodes, _four_nodes, _three_nodes, _two_nodes,
+                       _one_node)
 
 
 @numba.njit(fastmath=True, cache=True, nogil=True)
@@ -265,7 +267,7 @@ def matmul_rows(weight, x, y, rows, row_begin, row_end):
 OUTER_CHUNK = 64
 
 
-def outer_block(nodes, vectors):
+def outer_block(nodes, vectors, splits=1):
     """An intrinsic `block(panels, x, y, s, panel, r)`: for i < nodes and c < vectors · lanes,
     y[s + i, r + c] = Σ_k x[s + i, k] · panels[panel + c // width, k, c % width], where a
     panel's `width` is two vectors. Per column k: `vectors` loads of panel rows, `nodes`
@@ -276,7 +278,12 @@ def outer_block(nodes, vectors):
     sum over all 512 columns of a float32 DAG-RNN h512 product erred 3 times as much as the dot
     blocks' eight lanes of partial sums (the benchmark's tolerance, 2e-4 + 2e-3 |y|, was
     exceeded in 1 of 20 batches); in chunks of 64 the worst error is 0.47 of that tolerance
-    against the dot blocks' 0.38, for about 3% more time (the chunk's 12 additions to y)."""
+    against the dot blocks' 0.38, for about 3% more time (the chunk's 12 additions to y).
+
+    `splits`: that many sets of accumulators, each taking every `splits`-th column of a chunk.
+    A multiply-add waits 4 cycles for the one before it into the same accumulator, and two
+    issue a cycle, so a block needs 8 accumulators to keep both units busy: a one-node block
+    has 2 and ran at a quarter of the rate (see `_panel_pass`)."""
 
     @intrinsic
     def block(typingctx, panels, x, y, s, panel, r):
@@ -291,20 +298,20 @@ def outer_block(nodes, vectors):
             panels_array, x_array, y_array = (
                 context.make_array(t)(context, builder, v)
                 for t, v in zip(signature.args[:3], args[:3]))
-            _OuterBlock(context, builder, signature.args[2].dtype, nodes, vectors).emit(
-                panels_array, x_array, y_array, *args[3:])
+            _OuterBlock(context, builder, signature.args[2].dtype, nodes, vectors,
+                        splits).emit(panels_array, x_array, y_array, *args[3:])
             return context.get_dummy_value()
 
         return types.void(panels, x, y, s, panel, r), codegen
 
-    block.__name__ = f"outer_block_{nodes}x{vectors}"
+    block.__name__ = f"outer_block_{nodes}x{vectors}_{splits}"
     return block
 
 
 class _OuterBlock(_Block):
-    def __init__(self, context, builder, dtype, nodes, vectors):
+    def __init__(self, context, builder, dtype, nodes, vectors, splits):
         super().__init__(context, builder, dtype, nodes, vectors)
-        self.vectors = vectors
+        self.vectors, self.splits = vectors, splits
 
     def emit(self, panels_array, x_array, y_array, s, panel, r):
         builder, intp = self.builder, self.intp
@@ -317,34 +324,57 @@ class _OuterBlock(_Block):
                       for q in range(self.vectors // 2)]
         x_rows = [x.row(builder.add(s, intp(i))) for i in range(self.nodes)]
         zero = ir.Constant(self.vector, [ir.Constant(self.element, 0.0)] * self.lanes)
-        accumulators = [[cgutils.alloca_once_value(builder, zero) for _ in range(self.vectors)]
-                        for _ in range(self.nodes)]
+        accumulators = [[[cgutils.alloca_once_value(builder, zero) for _ in range(self.vectors)]
+                         for _ in range(self.nodes)] for _ in range(self.splits)]
         outputs = [[builder.inttoptr(y.at(y.row(builder.add(s, intp(i))),
                                           builder.add(r, intp(j * self.lanes))),
                                      self.vector.as_pointer()) for j in range(self.vectors)]
                    for i in range(self.nodes)]
-        for output in sum(outputs, []):
-            builder.store(zero, output, align=self.element_bytes)
+        for row_outputs in outputs:
+            for output in row_outputs:
+                builder.store(zero, output, align=self.element_bytes)
+
+        def multiply_column(k, split):
+            offset = builder.mul(k, column_stride)
+            panel_vectors = [self.load(builder.add(builder.add(row, offset),
+                                                   intp(half * VECTOR_BYTES)), self.vector)
+                             for row in panel_rows for half in range(2)]
+            for i, x_row in enumerate(x_rows):
+                broadcast = self.broadcast(self.load(x.at(x_row, k), self.element))
+                for accumulator, panel_vector in zip(accumulators[split][i], panel_vectors):
+                    self.multiply_add(accumulator, broadcast, panel_vector)
+
         with cgutils.for_range_slice(builder, intp(0), columns, intp(OUTER_CHUNK), intp) \
                 as (chunk, _):
             chunk_end = builder.add(chunk, intp(OUTER_CHUNK))
             chunk_end = builder.select(builder.icmp_signed("<", columns, chunk_end), columns,
                                        chunk_end)
-            for accumulator in sum(accumulators, []):
-                builder.store(zero, accumulator)
-            with cgutils.for_range_slice(builder, chunk, chunk_end, intp(1), intp) as (k, _):
-                offset = builder.mul(k, column_stride)
-                panel_vectors = [self.load(builder.add(builder.add(row, offset),
-                                                       intp(half * VECTOR_BYTES)), self.vector)
-                                 for row in panel_rows for half in range(2)]
-                for i, x_row in enumerate(x_rows):
-                    broadcast = self.broadcast(self.load(x.at(x_row, k), self.element))
-                    for accumulator, panel_vector in zip(accumulators[i], panel_vectors):
-                        self.multiply_add(accumulator, broadcast, panel_vector)
-            for output, accumulator in zip(sum(outputs, []), sum(accumulators, [])):
-                total = builder.fadd(builder.load(output, align=self.element_bytes),
-                                     builder.load(accumulator), flags=_FAST)
-                builder.store(total, output, align=self.element_bytes)
+            split_end = builder.sub(chunk_end, builder.srem(builder.sub(chunk_end, chunk),
+                                                            intp(self.splits)))
+            for split_accumulators in accumulators:
+                for node_accumulators in split_accumulators:
+                    for accumulator in node_accumulators:
+                        builder.store(zero, accumulator)
+            with cgutils.for_range_slice(builder, chunk, split_end, intp(self.splits), intp) \
+                    as (k, _):
+                for split in range(self.splits):
+                    multiply_column(builder.add(k, intp(split)), split)
+            with cgutils.for_range_slice(builder, split_end, chunk_end, intp(1), intp) as (k, _):
+                multiply_column(k, 0)
+            for i in range(self.nodes):
+                for j in range(self.vectors):
+                    total = self.split_sum([builder.load(accumulators[split][i][j])
+                                            for split in range(self.splits)])
+                    total = builder.fadd(builder.load(outputs[i][j], align=self.element_bytes),
+                                         total, flags=_FAST)
+                    builder.store(total, outputs[i][j], align=self.element_bytes)
+
+    def split_sum(self, values):
+        """The splits' partial sums, added in pairs."""
+        while len(values) > 1:
+            values = [self.builder.fadd(a, b, flags=_FAST) if b is not None else a
+                      for a, b in zip(values[::2], values[1::2] + [None] * (len(values) % 2))]
+        return values[0]
 
     def broadcast(self, value):
         builder, lanes = self.builder, self.lanes
@@ -439,10 +469,16 @@ def pack_share(weight, panels, row_block, worker, workers):
                 panels[panel, k, j] = weight[panel * width + j, k]
 
 
+PANEL_SPLITS = {1: 4, 2: 2, 3: 2}
+
+
 def _panel_pass(nodes):
     """y[s + i, r] for i < nodes and every row of panels [panel_begin, panel_end), a panel at
-    a time."""
-    block = outer_block(nodes, 2)
+    a time. Passes of 1–3 nodes split their columns over 2–4 sets of accumulators
+    (`PANEL_SPLITS`), to have 8–12 in flight. One thread, 768×256 from L3, GFLOP/s for 1, 2,
+    3, 5 and 8 nodes: 32, 61, 81, 88, 82, against 29, 46, 66, 60, 74 with one set and 5 nodes
+    as 3 + 2; one node is bound by the panels' bandwidth, at 32–37 however it is split."""
+    block = outer_block(nodes, 2, PANEL_SPLITS.get(nodes, 1))
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
     def panel_pass(panels, x, y, s, panel_begin, panel_end):
@@ -453,7 +489,7 @@ def _panel_pass(nodes):
     return panel_pass
 
 
-_panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 4, 3, 2, 1)))
+_panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 5, 4, 3, 2, 1)))
 
 
 @numba.njit(fastmath=True, nogil=True, cache=True)

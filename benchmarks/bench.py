@@ -113,6 +113,23 @@ def median_seconds(calls):
     return float(np.median(times))
 
 
+def in_rounds(runs_of, rounds):
+    """{peer: median seconds of a run}: in each round every peer runs all its batches back to
+    back, after one warm-up run, so that a slow spell of this shared host falls on the peers
+    of a round alike rather than on whichever peer it happened to be timing. Back to back,
+    because a peer's first run after another's is slower (numba's threads have gone to sleep),
+    and a stream of requests would not pay that on every run."""
+    times = {peer: [] for peer in runs_of}
+    for _ in range(rounds):
+        for peer, runs in runs_of.items():
+            runs[0]()
+            for run in runs:
+                start = time.perf_counter()
+                run()
+                times[peer].append(time.perf_counter() - start)
+    return {peer: float(np.median(samples)) for peer, samples in times.items()}
+
+
 def peers(name, cuda):
     """{peer: factory or the reason it is absent}, NumPy's naive recursion aside."""
     found = {}
@@ -164,16 +181,17 @@ def measure(benchmark, hidden, batch, forests, repeat, cuda, cuda_threads=()):
             row["absent"][peer] = factory
         else:
             candidates[peer] = lambda f, factory=factory: factory(f, p)
+    runs_of = {}
     for peer, factory in candidates.items():
-        runs = [factory(f) for f in forests]
+        runs_of[peer] = [factory(f) for f in forests]
         errors = []
-        for run, ref in zip(runs, references):
+        for run, ref in zip(runs_of[peer], references):
             got = run()
             np.testing.assert_allclose(got, ref, err_msg=f"{peer} disagrees with the "
                                        f"reference on {benchmark.name}", **TOLERANCE)
             errors.append(np.max(np.abs(got - ref) / (1 + np.abs(ref))))
         row["max_error"][peer] = float(max(errors))
-        row["ms"][peer] = 1e3 * median_seconds([run for run in runs] * repeat)
+    row["ms"] = {peer: 1e3 * seconds for peer, seconds in in_rounds(runs_of, repeat).items()}
     recjit_ms = row["ms"]["recjit cpu"]
     row["gflops"] = work / (recjit_ms / 1e3) / 1e9
     row["speedup"] = {peer: ms / recjit_ms for peer, ms in row["ms"].items()

@@ -1,4 +1,6 @@
 """The hand-tuned building blocks of generated CPU kernels equal their plain definitions."""
+import threading
+
 import numpy as np
 from hypothesis import given, strategies as st
 
@@ -47,21 +49,50 @@ def test_matmul_rows_reads_column_slices_and_strided_columns(nodes, inner, data)
 
 
 @given(st.integers(1, 9), st.integers(1, 70), st.integers(1, 4), st.sampled_from([1, 8, 32]),
-       st.booleans(), st.booleans())
-def test_the_workers_shares_of_matmul_share_cover_every_row_once(nodes, weight_rows, workers,
-                                                                 row_block, forward, packed):
-    """However many workers, whichever direction, with panels or without, the shares together
-    are the product."""
+       st.booleans(), st.randoms(use_true_random=False))
+def test_the_workers_claims_in_matmul_share_cover_every_row_once_product_after_product(
+        nodes, weight_rows, workers, row_block, packed, random):
+    """However many workers, in whichever order they come, with panels or without, their claims
+    together are the product, in both directions from wherever the last product left the
+    starts, and leave every counter at zero."""
     rng = np.random.default_rng(nodes * 1000 + weight_rows)
     weight = rng.normal(size=(weight_rows, 12))
     x = rng.normal(size=(nodes, 12))
-    y = np.full((nodes, weight_rows), np.nan)
     panels = weight_panels(weight, packed)
     for worker in range(workers):
         pack_share(weight, panels, row_block, worker, workers)
-    for worker in range(workers):
-        matmul_share(weight, panels, x, y, nodes, row_block, worker, workers, forward)
-    np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12, atol=1e-12)
+    claimed, starts = np.zeros(workers, dtype=np.int64), np.zeros(workers, dtype=np.int64)
+    for product in range(4):
+        y = np.full((nodes, weight_rows), np.nan)
+        for worker in random.sample(range(workers), workers):
+            matmul_share(weight, panels, x, y, nodes, row_block, worker, workers,
+                         product % 2 == 0, claimed, starts)
+        np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12, atol=1e-12)
+        assert not claimed.any()
+
+
+def test_two_threads_claiming_blocks_at_once_cover_every_row_once_product_after_product():
+    """Two workers on two threads at once (`matmul_share` releases the GIL) split a product's
+    blocks wherever they meet, a different split each time (a product is long enough here for
+    both threads to be claiming at once); every split is the whole product."""
+    rng = np.random.default_rng(5)
+    weight = rng.normal(size=(4096, 256)).astype(np.float32)
+    x = rng.normal(size=(12, 256)).astype(np.float32)
+    panels = weight_panels(weight, True)
+    pack_share(weight, panels, 8, 0, 1)
+    claimed, starts = np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64)
+    expected = x @ weight.T
+    for product in range(20):
+        y = np.full((12, 4096), np.nan, dtype=np.float32)
+        threads = [threading.Thread(target=matmul_share, args=(
+            weight, panels, x, y, 12, 8, worker, 2, product % 2 == 0, claimed, starts))
+            for worker in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4)
+        assert not claimed.any() and 0 <= starts[0] < 4096 // 8
 
 
 @given(st.integers(1, 50), st.integers(1, 40), st.sampled_from(["float32", "float64"]))
@@ -122,7 +153,8 @@ def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
     panels = weight_panels(weight, True)
     pack_share(weight, panels, 32, 0, 1)
     y = np.full((5, 64), np.nan, dtype=np.float32)
-    matmul_share(weight, panels, x, y[:, ::2], 5, 32, 0, 1, True)
+    matmul_share(weight, panels, x, y[:, ::2], 5, 32, 0, 1, True, np.zeros(1, dtype=np.int64),
+                 np.zeros(1, dtype=np.int64))
     np.testing.assert_allclose(y[:, ::2], x @ weight.T, rtol=1e-5, atol=1e-5)
     assert np.isnan(y[:, 1::2]).all()
 

@@ -29,9 +29,10 @@ def _parameters(name, dtype):
     """The types each product is compiled for: the kernel's arguments converted to these."""
     matrix, panels, index = (types.Array(dtype, 2, "A"), types.Array(dtype, 3, "A"),
                              types.intp)
+    counters = types.Array(types.int64, 1, "A")
     return {"matmul_rows": (matrix, matrix, matrix, index, index, index),
             "matmul_share": (matrix, panels, matrix, matrix, index, index, index, index,
-                             types.boolean),
+                             types.boolean, counters, counters),
             "pack_share": (matrix, panels, index, index, index)}[name]
 
 
@@ -88,9 +89,11 @@ def matmul_rows(typingctx, weight, x, y, rows, row_begin, row_end):
 
 
 @intrinsic
-def matmul_share(typingctx, weight, panels, x, y, rows, row_block, worker, workers, forward):
+def matmul_share(typingctx, weight, panels, x, y, rows, row_block, worker, workers, forward,
+                 claimed, starts):
     return _call_by_symbol("matmul_share", typingctx,
-                           (weight, panels, x, y, rows, row_block, worker, workers, forward))
+                           (weight, panels, x, y, rows, row_block, worker, workers, forward,
+                            claimed, starts))
 
 
 @intrinsic

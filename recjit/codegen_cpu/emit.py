@@ -2,7 +2,7 @@
 
 The translation is one to one: a parallel ILIR loop is a `prange` (inside the batch loop, with
 a serial twin for batches of a few nodes), consecutive `MatMul`s one `prange` over workers,
-each taking its share of every weight's rows, every other statement the Python line it prints
+which claim blocks of every weight's rows, every other statement the Python line it prints
 as. One thing is the CPU's own: the weights of those products are packed into panels once per
 run, first thing (`_weight_panels`)."""
 from ..lowering.ilir import (
@@ -138,15 +138,18 @@ def _parallel_loop(loop, depth, lines, forward, batched):
 
 def _products(products, pad, lines, forward):
     """Consecutive products with no barrier between them, in one parallel loop over workers:
-    each worker takes the same share of every weight's rows (`matmul_share`). In the batch loop
-    the direction alternates with the batch, so a worker starts on rows it read last, still in
-    its L2 (TreeLSTM h256 b10: 1.36-1.38 against 1.41-1.44 ms in an A/B; one parallel region
-    instead of one per product)."""
+    pairs of workers claim blocks of every weight's rows from the two ends of their segment
+    (`matmul_share`), each product with a counter and a start of its own (row `site` of
+    `claimed` and `claim_starts`). In the batch loop the direction alternates with the batch,
+    so a worker starts on rows it read last, still in its L2 (TreeLSTM h256 b10: 1.36-1.38
+    against 1.41-1.44 ms in an A/B; one parallel region instead of one per product)."""
     lines.append(f"{pad}for worker in prange(workers):")
     for product in products:
         weight, x, y = expression.matmul_operands(product)
+        site = _product_sites(lines)
         lines.append(f"{pad}    matmul_share({weight}, {_panels_name(product)}, {x}, {y}, "
-                     f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward})")
+                     f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward}, "
+                     f"claimed[{site}], claim_starts[{site}])")
 
 
 def _panels_name(product):
@@ -207,5 +210,16 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
              '@njit(parallel=True, fastmath=True, cache=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
     _weight_panels(kernel, pack_from_nodes, lines)
-    _statements(kernel.body, 1, lines)
-    return "\n".join(lines) + "\n"
+    body = []
+    _statements(kernel.body, 1, body)
+    sites = _product_sites(body)
+    if sites:
+        lines += ["    # each parallel product's block counters and the blocks its walks start from",
+                  f"    claimed = np.zeros(({sites}, workers), dtype=np.int64)",
+                  f"    claim_starts = np.zeros(({sites}, workers), dtype=np.int64)"]
+    return "\n".join(lines + body) + "\n"
+
+
+def _product_sites(lines):
+    """How many `matmul_share` calls these lines hold: the next one's row of `claimed`."""
+    return sum(line.count("matmul_share(") for line in lines)

@@ -42,8 +42,8 @@ class Schedule:
     - `fast_math`: in float32 kernels, the CPU's tanh and sigmoid use a branch-free rational
       approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
       compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
-    - `row_block`: CPU, the weight rows one `matmul_rows` call takes; a worker walks its share
-      of a product's rows block by block.
+    - `row_block`: CPU, the weight rows one `matmul_rows` call takes; pairs of workers take or
+      claim a product's rows block by block.
     - `pack_from_nodes`: CPU, forests of at least this many nodes multiply through weights
       transposed into panels once per run (outer-product blocks, about 25% faster per
       multiply-add); smaller ones read the weights as they are, since packing costs about a

@@ -450,8 +450,9 @@ def weight_panels(weight, pack):
 
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def pack_share(weight, panels, row_block, worker, workers):
-    """Worker `worker`'s panels: those inside its share of `matmul_share`'s rows, the only
-    ones it multiplies through."""
+    """Worker `worker`'s panels: those in its 1/`workers` of the weight's rows, where most of
+    the rows it multiplies through lie (`matmul_share` moves the split within a pair of
+    workers, so it also reads some panels its partner packed)."""
     if panels.shape[0] == 0:
         return
     width = panels.shape[2]

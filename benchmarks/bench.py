@@ -102,15 +102,20 @@ def matmul_roof():
     return 2 * 2048 ** 3 / seconds / 1e9
 
 
-def median_seconds(calls):
-    """Median time of the calls after the first (the warm-up)."""
-    calls[0]()
+def seconds_each(calls):
+    """The time of each call, in order."""
     times = []
-    for call in calls[1:] or calls:
+    for call in calls:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return float(np.median(times))
+    return times
+
+
+def median_seconds(calls):
+    """Median time of the calls after the first (the warm-up)."""
+    calls[0]()
+    return float(np.median(seconds_each(calls[1:] or calls)))
 
 
 def in_rounds(runs_of, rounds):
@@ -123,10 +128,7 @@ def in_rounds(runs_of, rounds):
     for _ in range(rounds):
         for peer, runs in runs_of.items():
             runs[0]()
-            for run in runs:
-                start = time.perf_counter()
-                run()
-                times[peer].append(time.perf_counter() - start)
+            times[peer] += seconds_each(runs)
     return {peer: float(np.median(samples)) for peer, samples in times.items()}
 
 

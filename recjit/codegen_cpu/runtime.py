@@ -326,6 +326,8 @@ class _OuterBlock(_Block):
         zero = ir.Constant(self.vector, [ir.Constant(self.element, 0.0)] * self.lanes)
         accumulators = [[[cgutils.alloca_once_value(builder, zero) for _ in range(self.vectors)]
                          for _ in range(self.nodes)] for _ in range(self.splits)]
+        every_accumulator = [accumulator for split in accumulators for node in split
+                             for accumulator in node]
         outputs = [[builder.inttoptr(y.at(y.row(builder.add(s, intp(i))),
                                           builder.add(r, intp(j * self.lanes))),
                                      self.vector.as_pointer()) for j in range(self.vectors)]
@@ -351,10 +353,8 @@ class _OuterBlock(_Block):
                                        chunk_end)
             split_end = builder.sub(chunk_end, builder.srem(builder.sub(chunk_end, chunk),
                                                             intp(self.splits)))
-            for split_accumulators in accumulators:
-                for node_accumulators in split_accumulators:
-                    for accumulator in node_accumulators:
-                        builder.store(zero, accumulator)
+            for accumulator in every_accumulator:
+                builder.store(zero, accumulator)
             with cgutils.for_range_slice(builder, chunk, split_end, intp(self.splits), intp) \
                     as (k, _):
                 for split in range(self.splits):
@@ -372,8 +372,9 @@ class _OuterBlock(_Block):
     def split_sum(self, values):
         """The splits' partial sums, added in pairs."""
         while len(values) > 1:
-            values = [self.builder.fadd(a, b, flags=_FAST) if b is not None else a
-                      for a, b in zip(values[::2], values[1::2] + [None] * (len(values) % 2))]
+            pairs = [self.builder.fadd(a, b, flags=_FAST)
+                     for a, b in zip(values[::2], values[1::2])]
+            values = pairs + values[2 * len(pairs):]
         return values[0]
 
     def broadcast(self, value):

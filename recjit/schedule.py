@@ -30,6 +30,12 @@ class Schedule:
     - `persistence` (CUDA, fused): each block keeps its rows of the weights multiplied in every
       batch in shared memory for the whole launch, when they fit; `False` reads them through L2
       in every batch (the ablation baseline).
+    - `split_units` (CUDA, fused): the blocks split the hidden units, each computing the
+      product rows that its own units' elementwise ops read (rows e, e + H, ... of a gated
+      weight), so that a block barrier, not a grid barrier, separates those products from
+      those ops (`codegen_cuda/units.py`); `False`: each block owns an even share of every
+      weight's rows, and a grid barrier separates each product from its readers (the
+      ablation baseline).
     - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
       CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
       down, one after another, so a batch covers `unroll` heights with no grid barrier
@@ -56,6 +62,7 @@ class Schedule:
     hoist: bool = True
     fusion: bool = True
     persistence: bool = True
+    split_units: bool = True
     unroll: int = 1
     refactor: bool = None
     fast_math: bool = True

@@ -6,7 +6,9 @@ rows over blocks, their per-block weight slices and their grid barriers then go 
 without a GPU. Inside `concurrent_blocks()`, every block of a launch runs at once: a block's
 threads meet at a barrier of their own, all the grid's threads at a grid sync, shared memory
 is per block, and a warp's lanes exchange values by `cuda.shfl_down_sync`, which the
-simulator lacks."""
+simulator lacks. With a `lag`, block b sleeps b · lag seconds after each block barrier, so
+that blocks run apart wherever only a block barrier holds them together: a block that reads
+what another block computed after such a barrier then reads it too early."""
 import contextlib
 import sys
 import threading
@@ -31,6 +33,8 @@ class _GridThread(simulated_kernel.BlockThread):
 
     def syncthreads(self):
         self.block_barrier.wait()
+        if self.launch.lag:
+            time.sleep(self.launch.lag * self.blockIdx.x)
 
     def grid_sync(self):
         self.launch.grid_barrier.wait()
@@ -49,6 +53,8 @@ class _GridThread(simulated_kernel.BlockThread):
 
 class _Launch:
     """The threads of one launch and their barriers."""
+
+    lag = 0.0
 
     def __init__(self, grid_dim, block_dim):
         self.blocks = int(np.prod(grid_dim))
@@ -154,8 +160,9 @@ def _shared_array_per_block(self, shape, dtype):
 
 
 @contextlib.contextmanager
-def concurrent_blocks():
-    patches = [(simulated_kernel, "BlockManager", _ConcurrentBlocks),
+def concurrent_blocks(lag=0.0):
+    patches = [(_Launch, "lag", lag),
+               (simulated_kernel, "BlockManager", _ConcurrentBlocks),
                (simulated_kernel, "swapped_cuda_module", _swapped_cuda_module),
                (kernelapi.GridGroup, "sync", _grid_sync),
                (kernelapi.FakeCUDAModule, "shfl_down_sync", _shfl_down_sync),

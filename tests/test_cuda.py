@@ -344,9 +344,56 @@ def test_explain_says_which_weights_stay_in_shared_memory():
                              file=io.StringIO())
     assert "launch: fused: one cooperative launch" in text
     assert "kept in shared memory for the whole launch:" in text
-    blocks = device.multiprocessors()
-    assert f"p_U_iou ({-(-3 * HIDDEN // blocks)} rows each)" in text
-    assert f"p_U_f ({-(-HIDDEN // blocks)} rows each)" in text
+    units = -(-HIDDEN // device.multiprocessors())
+    assert f"p_U_iou ({3 * units} rows each)" in text
+    assert f"p_U_f ({units} rows each)" in text
+
+
+def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier():
+    """The block that owns units e computes rows e, e + H, e + 2H of U_iou and e of U_f, and
+    runs the elementwise ops at e: the products' barrier is the block's alone."""
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    text = tree_lstm.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert ("the blocks split the hidden units, each computing the rows of p_U_f, p_U_iou, "
+            "p_W_iou that its own elementwise ops read: 1 of a batch's 2 barriers "
+            "synchronizes a block only") in text
+    batch_loop = tree_lstm.kernel_source("cuda").split("for b in range")[1]
+    assert batch_loop.count("grid.sync()") == 1
+    assert batch_loop.count("cuda.syncthreads()  # barrier: the next batch reads") == 1
+    check(tree_lstm, forest, p)
+
+
+def test_tree_grus_product_of_packed_inputs_needs_a_block_barrier_only():
+    """The packed inputs are rewritten in the next batch, after the grid has met at the
+    barrier before the refactored products: no block overwrites them while another reads."""
+    forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
+    p = tree_gru_params(HIDDEN, VOCAB, "float64", 2)
+    text = tree_gru.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert "2 of a batch's 4 barriers synchronize a block only" in text
+    assert ("cuda.syncthreads()  # barrier: the elementwise ops read the products"
+            in tree_gru.kernel_source("cuda").split("for b in range")[1])
+    check(tree_gru, forest, p)
+
+
+def test_without_split_units_every_barrier_is_the_grids_and_still_right():
+    forest = rj.Forest.from_nested([((1, 2), 3), 4])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    schedule = rj.Schedule(split_units=False)
+    text = tree_lstm.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
+    assert "split the hidden units" not in text
+    source = tree_lstm.kernel_source("cuda")
+    assert "cuda.syncthreads()  # barrier" not in source and "matmul_units(" not in source
+    check(tree_lstm, forest, p, schedule)
+
+
+def test_mv_rnn_reads_its_matrix_products_across_units_and_keeps_grid_barriers():
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    p = mv_rnn_params(HIDDEN, VOCAB, "float64")
+    text = mv_rnn.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert "split the hidden units" not in text
+    assert "cuda.syncthreads()  # barrier" not in mv_rnn.kernel_source("cuda")
+    check(mv_rnn, forest, p)
 
 
 def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right():

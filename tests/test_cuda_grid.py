@@ -12,6 +12,7 @@ from numba import cuda
 
 import recjit as rj
 from recjit.codegen_cuda import device, runtime
+from recjit.codegen_cuda.units import UnitSplit
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
@@ -22,6 +23,8 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from conftest import assert_same_result, binary_forests, nary_forests, seeds, word_sequences
 
 pytestmark = pytest.mark.skipif(not device.simulated(), reason="a GPU runs real grids")
+# Seconds that block b sleeps, times b, after each block barrier in the tests that lag.
+LAG = 0.003
 
 VOCAB = 12
 # structure: (a forest of it, random forests of it)
@@ -41,12 +44,13 @@ ZOO = {"tree_lstm": (tree_lstm, tree_lstm_params, "binary"),
 
 
 @contextlib.contextmanager
-def grid_of(count, model=None, warps=False):
+def grid_of(count, model=None, warps=False, lag=0.0):
     """Kernels of `model` compiled inside launch fused grids of `count` blocks, which the
     simulator runs at once (kernels compiled before, for its one block, are set aside); with
-    `warps`, their products are a GPU's, a warp per output summed by shuffles."""
+    `warps`, their products are a GPU's, a warp per output summed by shuffles; with a `lag`,
+    block b sleeps b · lag seconds after each block barrier."""
     from simulated_grid import concurrent_blocks
-    with pytest.MonkeyPatch.context() as patch, concurrent_blocks():
+    with pytest.MonkeyPatch.context() as patch, concurrent_blocks(lag):
         patch.setattr(device, "multiprocessors", lambda: count)
         patch.setattr(device.CooperativeLaunch, "max_blocks", lambda _: count)
         if model is not None:
@@ -56,8 +60,8 @@ def grid_of(count, model=None, warps=False):
         yield
 
 
-def check(count, model, forest, p, schedule=None, warps=False):
-    with grid_of(count, model, warps):
+def check(count, model, forest, p, schedule=None, warps=False, lag=0.0):
+    with grid_of(count, model, warps, lag):
         result = model.run(forest, p, backend="cuda", schedule=schedule)
         assert model.compile(forest, p, "cuda", schedule).backend_kernel.blocks == count
     assert_same_result(result, model.reference(forest, p))
@@ -101,16 +105,18 @@ def test_dag_rnn_on_several_blocks_equals_reference():
 
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
-       unroll=st.integers(1, 3), refactor=st.sampled_from([None, True, False]),
-       specialize=st.booleans(), data=st.data(), seed=seeds)
-def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence, unroll,
-                                                           refactor, specialize, data, seed):
+       split_units=st.booleans(), unroll=st.integers(1, 3),
+       refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
+       seed=seeds)
+def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
+                                                           split_units, unroll, refactor,
+                                                           specialize, data, seed):
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
-    schedule = rj.Schedule(persistence=persistence, unroll=unroll, refactor=refactor,
-                           specialize=specialize)
+    schedule = rj.Schedule(persistence=persistence, split_units=split_units, unroll=unroll,
+                           refactor=refactor, specialize=specialize)
     check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
-          schedule)
+          schedule, lag=LAG)
 
 
 @pytest.mark.parametrize("hidden", [7, 33], ids=["a lane per output", "a warp per output"])
@@ -119,3 +125,29 @@ def test_the_gpus_warp_products_on_several_blocks_equal_reference(hidden):
     first lane takes two columns)."""
     forest = rj.Forest.from_nested([((1, 2), 3)])
     check(3, tree_lstm, forest, tree_lstm_params(hidden, VOCAB, "float64", 4), warps=True)
+
+
+# Models whose batches have a block barrier: (model, its parameters, its structure).
+SPLIT_UNITS = {name: ZOO[name] for name in ("tree_lstm", "tree_fc", "tree_gru", "lstm")}
+
+
+@pytest.mark.parametrize("name", sorted(SPLIT_UNITS))
+def test_blocks_that_run_apart_after_block_barriers_still_equal_reference(name):
+    """5 units over 3 blocks (2, 2 and 1); blocks 1 and 2 lag 3 and 6 ms after every block
+    barrier, and each still reads only the rows it computed. TreeGRU's products of packed
+    inputs, rewritten in every batch, are followed by a block barrier too: the grid meets
+    before the next batch writes them."""
+    model, make_params, structure = SPLIT_UNITS[name]
+    forest, _ = STRUCTURES[structure]
+    check(3, model, forest, make_params(5, VOCAB, "float64", 3), lag=LAG)
+
+
+def test_lagging_blocks_expose_a_block_barrier_where_blocks_read_each_others_rows(monkeypatch):
+    """The check above has teeth: with every barrier a block barrier, a block multiplies
+    states that lagging blocks have not computed yet."""
+    monkeypatch.setattr(UnitSplit, "block_barrier", lambda split, body, index: True)
+    forest, _ = STRUCTURES["binary"]
+    p = tree_lstm_params(5, VOCAB, "float64", 3)
+    with grid_of(3, tree_lstm, lag=LAG):
+        result = tree_lstm.run(forest, p, backend="cuda")
+    assert not np.allclose(result.roots[0], tree_lstm.reference(forest, p).roots[0])

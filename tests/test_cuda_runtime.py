@@ -1,12 +1,14 @@
-"""The CUDA runtime's matrix products split a weight's rows over the grid's blocks; numba's
-simulator runs a cooperative grid of one block, so the split is checked here with ordinary
-launches of several blocks, reading the weight itself and each block's shared slice. A warp
-computes one output: columns fewer than a warp's lanes, a multiple of them, and neither."""
+"""The CUDA runtime's matrix products split a weight's rows over the grid's blocks, by rows or
+by hidden units; numba's simulator runs a cooperative grid of one block, so the split is
+checked here with ordinary launches of several blocks, reading the weight itself and each
+block's shared slice. A warp computes one output: columns fewer than a warp's lanes, a
+multiple of them, and neither."""
 import numpy as np
 import pytest
 from numba import cuda, float64
 
-from recjit.codegen_cuda.runtime import first_row, load_rows, matmul_kernel, matmul_rows
+from recjit.codegen_cuda.runtime import (first_row, load_rows, load_unit_rows, matmul_kernel,
+                                         matmul_rows, matmul_units, owned_units)
 
 WEIGHT_ROWS, COLUMNS, NODES = 13, 7, 5
 # Two warps per block, so that warps share a block's outputs.
@@ -52,3 +54,45 @@ def test_only_the_first_rows_of_the_scratch_are_computed():
     matmul_kernel[3, THREADS](weight, x, y, 2)
     np.testing.assert_allclose(y[:2], x[:2] @ weight.T, rtol=1e-12)
     assert np.isnan(y[2:]).all()
+
+
+UNITS = 4  # the weight's rows: 3 gates of 4 units and one more gate (13 is not a multiple)
+GATED_ROWS = 12
+
+
+def product_by_units(sliced, columns):
+    """Each block computes its rows into y[block] alone, then reads back, from there only,
+    the rows of the units it owns into `gathered`."""
+    @cuda.jit
+    def product(weight, x, y, gathered, rows):
+        block = cuda.blockIdx.x
+        if sliced:
+            weight_slice = cuda.shared.array((GATED_ROWS, columns), float64)
+            load_unit_rows(weight, UNITS, weight_slice)
+            cuda.syncthreads()
+            matmul_units(weight_slice, True, UNITS, weight.shape[0], x, y[block], rows)
+        else:
+            matmul_units(weight, False, UNITS, weight.shape[0], x, y[block], rows)
+        cuda.syncthreads()
+        begin, owned = owned_units(UNITS)
+        for item in range(cuda.threadIdx.x, rows * max(owned, 0), cuda.blockDim.x):
+            s = item // owned
+            unit = begin + item % owned
+            for gate in range(GATED_ROWS // UNITS):
+                gathered[s, gate * UNITS + unit] = y[block, s, gate * UNITS + unit]
+    return product
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["weight", "shared slice"])
+@pytest.mark.parametrize("columns", [7, 77])
+@pytest.mark.parametrize("blocks", [1, 2, 3, 4, 6])
+def test_a_block_computes_the_rows_its_units_read(blocks, columns, sliced):
+    """Rows u, u + 4 and u + 8 of a gated weight are computed by the block that owns unit u,
+    which reads them back from its own output alone; 4 units over 3 blocks are 2, 2 and
+    none, over 6 blocks one each and none."""
+    weight, x = operands(200 + blocks, columns)
+    weight = weight[:GATED_ROWS]
+    y = np.full((blocks, NODES, GATED_ROWS), np.nan)
+    gathered = np.full((NODES, GATED_ROWS), np.nan)
+    product_by_units(sliced, columns)[blocks, THREADS](weight, x, y, gathered, NODES)
+    np.testing.assert_allclose(gathered, x @ weight.T, rtol=1e-12)

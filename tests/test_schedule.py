@@ -92,7 +92,8 @@ def cuda_schedules():
     """Any combination of every field a CUDA kernel takes."""
     return st.builds(rj.Schedule, dynamic_batching=st.booleans(), specialize=st.booleans(),
                      hoist=st.booleans(), fusion=st.booleans(), persistence=st.booleans(),
-                     unroll=st.integers(1, 3), refactor=st.sampled_from([None, True, False]))
+                     split_units=st.booleans(), unroll=st.integers(1, 3),
+                     refactor=st.sampled_from([None, True, False]))
 
 
 # The simulator runs each GPU thread as a Python thread: few examples, small forests.

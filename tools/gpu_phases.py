@@ -53,11 +53,12 @@ def drop_block(body, text):
 
 def variants(body):
     head = [line for line in body if line.strip().startswith(("begin =", "count ="))]
-    no_products = [line for line in body if "matmul_rows(" not in line]
+    no_products = [line for line in body
+                   if "matmul_rows(" not in line and "matmul_units(" not in line]
     return {"as generated": body,
             "no products": no_products,
-            "no elementwise": drop_block(body, "for item in range(thread,"),
-            "barriers alone": drop_block(no_products, "for item in range(thread,"),
+            "no elementwise": drop_block(body, "for item in range("),
+            "barriers alone": drop_block(no_products, "for item in range("),
             "one barrier": head + ["        grid.sync()"],
             "no barrier": head}
 

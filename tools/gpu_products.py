@@ -18,7 +18,7 @@ def product_kernel(multiply_rows, threads):
     @cuda.jit(launch_bounds=threads)
     def product(weight, x, y, rows):
         begin, owned = runtime.owned_rows(weight.shape[0])
-        multiply_rows(weight, 0, begin, owned, x, y, rows)
+        multiply_rows(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows)
     return product
 
 

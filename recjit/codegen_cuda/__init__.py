@@ -12,6 +12,7 @@ from . import device, runtime
 from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
+from .units import UnitSplit, split_units
 
 _running = threading.Lock()
 # Blocks per multiprocessor that run an unfused launch of one-worker items.
@@ -36,6 +37,8 @@ class CudaKernel:
         self.scalar_lets = [statement for statement in kernel.body
                             if isinstance(statement, Let) and not isinstance(statement.value, Load)]
         self.parameter_attributes = kernel_parameters(kernel)
+        self.split = (split_units(kernel, weight_shapes) if self.fusion and schedule.split_units
+                      else UnitSplit() if self.fusion else None)
         self.kept_parameters = {}  # {kernel parameter: (the params' value, its device array)}
         self.buffers = DeviceBuffers()
         self.configure(device.multiprocessors() if self.fusion else None)
@@ -54,7 +57,7 @@ class CudaKernel:
         if self.fusion:
             self.persistent = self.plan_persistence(blocks)
             self.source = emit_fused(self.kernel, self.fast_math, header, self.persistent,
-                                     device.launch_bound(self.threads))
+                                     device.launch_bound(self.threads), self.split)
             self.host_arrays = ()
         else:
             self.persistent = {}
@@ -73,7 +76,9 @@ class CudaKernel:
         slices = {}
         for weight in batch_weights(self.kernel):
             rows, columns = self.weight_shapes[weight]
-            slices[weight] = (-(-rows // blocks), columns)
+            units = self.split.weights.get(weight)
+            slices[weight] = ((rows // units * -(-units // blocks) if units
+                               else -(-rows // blocks)), columns)
         total = sum(rows * columns for rows, columns in slices.values()) * itemsize
         return slices if total <= device.SHARED_BYTES else {}
 
@@ -85,6 +90,12 @@ class CudaKernel:
                 f"{_count(self.threads, 'thread')}")
         if has_items_per_block(self.kernel.body):
             text += "; an unrolled item per block, its products by the block alone"
+        if self.split.arrays:
+            local, barriers = self.split.batch_barriers()
+            text += ("; the blocks split the hidden units, each computing the rows of "
+                     f"{', '.join(sorted(self.split.weights))} that its own elementwise ops "
+                     f"read: {local} of a batch's {_count(barriers, 'barrier')} "
+                     f"{'synchronizes' if local == 1 else 'synchronize'} a block only")
         if self.persistent:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in self.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"

@@ -5,7 +5,9 @@ body. A parallel loop over `count` items whose element loops span `n` elements b
 grid-stride loop over the `count · n` (item, element) pairs, each element loop a guard on the
 element index; a `MatMul` a call of `matmul_rows`, each block computing the weight rows it
 owns; an ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per
-launch into shared memory, each block its own rows, when they fit.
+launch into shared memory, each block its own rows, when they fit. Where the blocks split the
+hidden units (`units.py`), a product is a call of `matmul_units`, a loop that reads it runs
+over the block's own units, and a barrier between them `cuda.syncthreads()`.
 
 An item of a one-worker loop (`Loop.one_worker`, the unrolled recursion) is a block's: the
 block's threads share each step of the item (an element loop, a product) and synchronize after
@@ -48,15 +50,22 @@ def element_extent(body):
 
 
 class Emitter:
-    """Source lines for the statements of one device function."""
+    """Source lines for the statements of one device function; `split`: the hidden units the
+    fused kernel's blocks split (a `units.UnitSplit`), None where they split none."""
 
-    def __init__(self, persistent=()):
+    def __init__(self, persistent=(), split=None):
         self.lines = []
         self.persistent = persistent
+        self.split = split
 
     def statements(self, body, depth, extent=None):
-        for statement in body:
-            self.statement(statement, depth, extent)
+        for index, statement in enumerate(body):
+            if (isinstance(statement, Barrier) and self.split is not None
+                    and self.split.block_barrier(body, index)):
+                self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
+                                  f"{statement.reason} (each block its own units)")
+            else:
+                self.statement(statement, depth, extent)
 
     def statement(self, statement, depth, extent):
         pad = "    " * depth
@@ -78,7 +87,7 @@ class Emitter:
             expression.branch(statement, pad, self.lines,
                               lambda body: self.statements(body, depth + 1, extent))
         elif isinstance(statement, MatMul):
-            self.lines.append(f"{pad}{matmul_call(statement, self.persistent)}")
+            self.lines.append(f"{pad}{matmul_call(statement, self.persistent, self.split)}")
         elif isinstance(statement, Barrier):
             self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
         elif isinstance(statement, Comment):
@@ -87,11 +96,18 @@ class Emitter:
             raise TypeError(statement)
 
     def parallel_loop(self, loop, depth):
-        """A grid-stride loop over (item, element) pairs."""
+        """A grid-stride loop over (item, element) pairs; where the blocks split the units, a
+        block-stride loop over the pairs of the block's own units."""
         pad = "    " * depth
         extent, element = element_extent(loop.body)
         count = expression(loop.stop)
-        if element is None:
+        if self.split is not None and self.split.loop_units(loop):
+            items = f"range(cuda.threadIdx.x, {count} * units, cuda.blockDim.x)"
+            self.lines += [f"{pad}unit_begin, units = owned_units({extent})",
+                           f"{pad}for item in {items}:",
+                           f"{pad}    {loop.var} = item // units",
+                           f"{pad}    {element} = unit_begin + item % units"]
+        elif element is None:
             self.lines.append(f"{pad}for {loop.var} in range(thread, {count}, threads):")
         else:
             self.lines += [f"{pad}for item in range(thread, {count} * {extent}, threads):",
@@ -169,10 +185,18 @@ def has_items_per_block(body):
                for statement in body)
 
 
-def matmul_call(product, persistent):
-    """`matmul_rows` on the weight itself, or on this block's slice in shared memory."""
+def matmul_call(product, persistent, split=None):
+    """`matmul_rows` (`matmul_units` where the blocks split the units) on the weight itself,
+    or on this block's slice in shared memory."""
     weight = product.weight
     rows = expression.bound(product.rows)
+    if split is not None and product.y in split.arrays:
+        units = split.arrays[product.y]
+        sliced = weight in persistent
+        operand, x, y = expression.matmul_operands(
+            product, f"shared_{weight}" if sliced else None)
+        return (f"matmul_units({operand}, {sliced}, {units}, {weight}.shape[0], {x}, {y}, "
+                f"{rows})")
     if weight in persistent:
         shared, x, y = expression.matmul_operands(product, f"shared_{weight}")
         return (f"matmul_rows({shared}, first_row({weight}.shape[0]), "
@@ -244,28 +268,33 @@ def _jit(fast_math, launch_bound):
     return f"@cuda.jit(fastmath={fast_math}, cache=True{bound})"
 
 
-def emit_fused(kernel, fast_math, header, persistent, launch_bound):
+RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows", "matmul_units",
+                 "owned_units")
+
+
+def emit_fused(kernel, fast_math, header, persistent, launch_bound, split):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
     shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
-    (None: no bound)."""
+    (None: no bound); `split`: the units the blocks split (`units.UnitSplit`)."""
     arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
-    runtime_names = ["first_row", "load_rows", "matmul_rows"] if persistent else ["matmul_rows"]
-    lines = _module_header(kernel, header, runtime_names) + [
-        _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):",
-        "    grid = cuda.cg.this_grid()",
-        "    thread = cuda.grid(1)",
-        "    threads = cuda.gridsize(1)"]
+    body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
+            "    threads = cuda.gridsize(1)"]
     if persistent:
-        lines.append("    # model persistence: each block keeps its rows of the weights "
-                     "multiplied in every batch")
+        body.append("    # model persistence: each block keeps its rows of the weights "
+                    "multiplied in every batch")
         for weight, (rows, columns) in persistent.items():
-            lines += [f"    shared_{weight} = cuda.shared.array(({rows}, {columns}), real)",
-                      f"    load_rows({weight}, shared_{weight})"]
-        lines.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent)
+            body.append(f"    shared_{weight} = cuda.shared.array(({rows}, {columns}), real)")
+            body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
+                        if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
+        body.append("    cuda.syncthreads()")
+    emitter = Emitter(persistent, split)
     emitter.statements(kernel.body, 1)
-    return "\n".join(lines + emitter.lines) + "\n"
+    body += emitter.lines
+    called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]
+    return "\n".join(_module_header(kernel, header, called) + [
+        _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):"]
+        + body) + "\n"
 
 
 def free_names(statement):

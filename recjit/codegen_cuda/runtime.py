@@ -1,9 +1,16 @@
 """Device functions that generated CUDA kernels call.
 
-A weight's rows are split evenly over the grid's blocks: block b owns rows
-[b·n, (b+1)·n) with n = ⌈rows / blocks⌉, for the whole launch. `matmul_rows` computes only the
-owned rows, so a persistent kernel can keep them in shared memory (`load_rows`) and read them
-from there in every batch. Inside a block, each warp computes one node's products with four
+A weight's rows are split over the grid's blocks, for the whole launch, in one of two ways:
+- by rows: block b owns rows [b·n, (b+1)·n) with n = ⌈rows / blocks⌉ (`matmul_rows`);
+- by units: the hidden units (the element index e of a state) are split so, and block b owns
+  every row r whose unit r mod units it owns (`matmul_units`): rows e, e + units, e + 2·units
+  of a gated weight, the rows a node's elementwise ops at e read. A block that computes the
+  elementwise ops of its own units then reads only products it computed itself, and needs no
+  grid barrier between the two (`codegen_cuda/units.py`).
+Each product computes only the owned rows, so a persistent kernel can keep them in shared
+memory (`load_rows`, `load_unit_rows`) and read them from there in every batch. A block's
+owned rows are its local rows 0, 1, ...; a map (run, stride, first) says which row each
+stands for (`spread`). Inside a block, each warp computes one node's products with four local
 rows at a time (`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles,
 each thread does."""
 from numba import cuda
@@ -38,15 +45,79 @@ def owned_rows(num_rows):
 
 
 @cuda.jit(device=True, inline=True)
+def owned_units(units):
+    """The first of `units` hidden units this block owns, and how many it owns (none, or
+    fewer than the others, at the grid's end)."""
+    per_block = (units + cuda.gridDim.x - 1) // cuda.gridDim.x
+    begin = cuda.blockIdx.x * per_block
+    return begin, min(per_block, units - begin)
+
+
+@cuda.jit(device=True, inline=True)
+def spread(local, rows):
+    """The row that a block's local row `local` stands for under the map `rows` = (run,
+    stride, first): runs of `run` consecutive rows, `stride` apart, the first at `first`."""
+    run, stride, first = rows
+    return local // run * stride + first + local % run
+
+
+@cuda.jit(device=True, inline=True)
+def unit_rows(units, num_rows):
+    """This block's rows of a weight of `num_rows` rows split by units: the map of its local
+    rows, and how many it holds."""
+    begin, owned = owned_units(units)
+    return (owned, units, begin), num_rows // units * owned
+
+
+@cuda.jit(device=True, inline=True)
+def copy_rows(weight, weight_slice, rows, held):
+    """weight_slice[local] = weight[spread(local, rows)] for the `held` local rows."""
+    columns = weight.shape[1]
+    for item in range(cuda.threadIdx.x, held * columns, cuda.blockDim.x):
+        local = item // columns
+        column = item % columns
+        weight_slice[local, column] = weight[spread(local, rows), column]
+
+
+@cuda.jit(device=True, inline=True)
 def load_rows(weight, weight_slice):
     """Copy this block's rows of `weight` into `weight_slice` (shared memory); the caller
     synchronizes the block before reading it."""
     begin, owned = owned_rows(weight.shape[0])
-    columns = weight.shape[1]
-    for item in range(cuda.threadIdx.x, owned * columns, cuda.blockDim.x):
-        row = item // columns
-        column = item % columns
-        weight_slice[row, column] = weight[begin + row, column]
+    copy_rows(weight, weight_slice, (owned, 0, begin), owned)
+
+
+@cuda.jit(device=True, inline=True)
+def load_unit_rows(weight, units, weight_slice):
+    """`load_rows` for a weight split by units."""
+    rows, held = unit_rows(units, weight.shape[0])
+    copy_rows(weight, weight_slice, rows, held)
+
+
+@cuda.jit(device=True, inline=True)
+def next_row(group, offset, run):
+    """The local row after (group, offset) in runs of `run`."""
+    if offset + 1 == run:
+        return group + 1, 0
+    return group, offset + 1
+
+
+@cuda.jit(device=True, inline=True)
+def four_rows(local, last, rows):
+    """The rows that local rows local … local + 3 stand for under the map `rows` (`spread`),
+    those past `last` repeating it: one division for the four."""
+    run, stride, first = rows
+    group, offset = local // run, local % run
+    row0 = group * stride + first + offset
+    if local + 1 <= last:
+        group, offset = next_row(group, offset, run)
+    row1 = group * stride + first + offset
+    if local + 2 <= last:
+        group, offset = next_row(group, offset, run)
+    row2 = group * stride + first + offset
+    if local + 3 <= last:
+        group, offset = next_row(group, offset, run)
+    return row0, row1, row2, group * stride + first + offset
 
 
 @cuda.jit(device=True, inline=True)
@@ -57,14 +128,13 @@ def add_products(totals, value, weight, rows, k):
 
 
 @cuda.jit(device=True, inline=True)
-def strided_dots(weight, row, last, x, s, first, step):
+def strided_dots(weight, rows, x, s, first, step):
     """Σ W[r, k] · x[s, k] over k = first, first + step, ... below x's columns for the four
-    rows r = row ... row + 3 of `weight`, each x[s, k] loaded once for all four: four
-    independent sums, not one chain. Rows past `last` repeat it. Four of x's values are
-    loaded before any is multiplied: x was written by other blocks, so each load waits on
-    L2, and four in flight wait once. On an H100 this took a TreeLSTM h256 batch from 10.3
-    to 8.6 us; eight at a time ran as fast and took 31 s to compile against 20."""
-    rows = (row, min(row + 1, last), min(row + 2, last), min(row + 3, last))
+    rows r of `rows`, each x[s, k] loaded once for all four: four independent sums, not one
+    chain. Four of x's values are loaded before any is multiplied: x was written by other
+    blocks, so each load waits on L2, and four in flight wait once. On an H100 this took a
+    TreeLSTM h256 batch from 10.3 to 8.6 us; eight at a time ran as fast and took 31 s to
+    compile against 20."""
     zero = x.dtype.type(0)
     totals = (zero, zero, zero, zero)
     columns = x.shape[1]
@@ -86,15 +156,15 @@ def strided_dots(weight, row, last, x, s, first, step):
 
 
 @cuda.jit(device=True, inline=True)
-def store_four(y, s, r, last, totals):
-    """y[s, r + i] = totals[i] for the rows up to `last`."""
-    y[s, r] = totals[0]
-    if r + 1 <= last:
-        y[s, r + 1] = totals[1]
-    if r + 2 <= last:
-        y[s, r + 2] = totals[2]
-    if r + 3 <= last:
-        y[s, r + 3] = totals[3]
+def store_four(y, s, rows, valid, totals):
+    """y[s, rows[i]] = totals[i] for the first `valid` of the four."""
+    y[s, rows[0]] = totals[0]
+    if valid > 1:
+        y[s, rows[1]] = totals[1]
+    if valid > 2:
+        y[s, rows[2]] = totals[2]
+    if valid > 3:
+        y[s, rows[3]] = totals[3]
 
 
 @cuda.jit(device=True, inline=True)
@@ -108,42 +178,42 @@ def warp_sum(total):
 
 
 @cuda.jit(device=True, inline=True)
-def multiply_rows_by_warps(weight, weight_first_row, begin, owned, x, y, rows):
-    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and begin <= r < begin + owned, by the
-    threads of this block; `weight` holds W's rows from `weight_first_row` on. A warp takes
-    one node s and four rows at a time, its lanes every 32nd k, and sums with shuffles: the
-    loads of a warp are contiguous, x[s, k] is loaded once for four rows, and a lane keeps
-    four independent sums in flight."""
+def multiply_rows_by_warps(weight, weight_rows, y_rows, held, x, y, rows):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r that this block's `held`
+    local rows stand for under the map `y_rows`; `weight` holds them as the map `weight_rows`
+    says (W itself, or this block's slice of it). A warp takes one node s and four local
+    rows at a time, its lanes every 32nd k, and sums with shuffles: the loads of a warp are
+    contiguous, x[s, k] is loaded once for four rows, and a lane keeps four independent sums
+    in flight."""
     columns = x.shape[1]
     lane = cuda.threadIdx.x % WARP
-    groups = (owned + 3) // 4
-    last = begin + owned - 1
+    groups = (held + 3) // 4
     for item in range(cuda.threadIdx.x // WARP, rows * groups, cuda.blockDim.x // WARP):
         s = item // groups
-        r = begin + item % groups * 4
-        local, local_last = r - weight_first_row, last - weight_first_row
+        local = item % groups * 4
+        weight_four = four_rows(local, held - 1, weight_rows)
         if columns < WARP:  # too short to share: the first lane alone
             if lane == 0:
-                store_four(y, s, r, last, strided_dots(weight, local, local_last, x, s, 0, 1))
+                store_four(y, s, four_rows(local, held - 1, y_rows), held - local,
+                           strided_dots(weight, weight_four, x, s, 0, 1))
         else:
-            totals = strided_dots(weight, local, local_last, x, s, lane, WARP)
+            totals = strided_dots(weight, weight_four, x, s, lane, WARP)
             sums = (warp_sum(totals[0]), warp_sum(totals[1]), warp_sum(totals[2]),
                     warp_sum(totals[3]))
             if lane == 0:
-                store_four(y, s, r, last, sums)
+                store_four(y, s, four_rows(local, held - 1, y_rows), held - local, sums)
 
 
 @cuda.jit(device=True, inline=True)
-def multiply_rows_by_threads(weight, weight_first_row, begin, owned, x, y, rows):
+def multiply_rows_by_threads(weight, weight_rows, y_rows, held, x, y, rows):
     """The same products, a thread per node and four rows: numba's simulator has no warp
     shuffles."""
-    groups = (owned + 3) // 4
-    last = begin + owned - 1
+    groups = (held + 3) // 4
     for item in range(cuda.threadIdx.x, rows * groups, cuda.blockDim.x):
         s = item // groups
-        r = begin + item % groups * 4
-        store_four(y, s, r, last, strided_dots(weight, r - weight_first_row,
-                                               last - weight_first_row, x, s, 0, 1))
+        local = item % groups * 4
+        store_four(y, s, four_rows(local, held - 1, y_rows), held - local,
+                   strided_dots(weight, four_rows(local, held - 1, weight_rows), x, s, 0, 1))
 
 
 multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps
@@ -155,14 +225,26 @@ def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
     weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
     itself, or this block's slice of it)."""
     begin, owned = owned_rows(num_rows)
-    multiply_rows(weight, weight_first_row, begin, owned, x, y, rows)
+    multiply_rows(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
+                  x, y, rows)
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_units(weight, sliced, units, num_rows, x, y, rows):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r of a weight W of
+    `num_rows` rows whose unit r mod `units` this block owns; `weight` is W, or (`sliced`)
+    this block's rows of it as `load_unit_rows` left them."""
+    y_rows, held = unit_rows(units, num_rows)
+    weight_rows = (held, 0, 0) if sliced else y_rows
+    multiply_rows(weight, weight_rows, y_rows, held, x, y, rows)
 
 
 @cuda.jit(device=True, inline=True)
 def block_matmul(weight, x, y, rows):
     """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and every row r, by this block alone
     (a product of one item of an unrolled batch); the caller synchronizes the block."""
-    multiply_rows(weight, 0, 0, weight.shape[0], x, y, rows)
+    every_row = (weight.shape[0], 0, 0)
+    multiply_rows(weight, every_row, every_row, weight.shape[0], x, y, rows)
 
 
 @cuda.jit(**BOUNDED)

@@ -1,0 +1,260 @@
+"""The hidden units split over a fused kernel's blocks (DESIGN §6: a node's elementwise ops run
+where their rows live), and the grid barriers that this makes block barriers.
+
+A batch of a refactored TreeLSTM is: the elementwise ops, a grid barrier, the products of the
+states just computed, a grid barrier, the next batch's elementwise ops. On an H100 a grid
+barrier costs ~1.7 us of a batch's ~8.4. The second one is there because a block's
+elementwise ops at unit e read rows e, e + E and e + 2E of a product (the gates) that other
+blocks computed. Let the block that owns unit e compute those rows (`runtime.matmul_units`)
+and run the elementwise ops at e (`runtime.owned_units`), and it reads only what it computed:
+a block barrier suffices.
+
+An array is *unit-split*, with E units, when
+- every statement that writes it is a product of the whole grid whose weight's rows are a
+  multiple of E, and every product of that weight writes a unit-split array of E units;
+- every statement that reads it is a parallel loop whose elements span E (index e), and it
+  reads column e + j·E only.
+
+A barrier is a block barrier when what runs between it and the barrier before it in the same
+statements (or the kernel's start) is products only, each writing a unit-split array and
+reading a state or a field. After it, a block reads no array written since that barrier but
+the rows it computed itself; and what the products read is written once at most (a node's
+state) or never (a field), so no block that runs ahead overwrites what another still reads."""
+from dataclasses import dataclass, field, fields, is_dataclass
+
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
+                             Store, Var)
+from .emit import element_extent
+
+
+@dataclass(frozen=True)
+class UnitSplit:
+    """`arrays`: {unit-split array: its units}; `weights`: {weight: units} for the weights
+    whose products write them; `states`: the kernel's state arrays; `kernel_body`: its
+    statements; `parents`: {id of a loop's or branch's statements: (the statements holding
+    that loop or branch, its index there)}. Empty: no split."""
+
+    arrays: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)
+    states: frozenset = frozenset()
+    kernel_body: tuple = ()
+    parents: dict = field(default_factory=dict)
+
+    def loop_units(self, loop):
+        """The units a parallel loop's blocks split, or None: it reads no unit-split array."""
+        if any(load.array in self.arrays for load in loads(loop.body)):
+            return element_extent(loop.body)[0]
+        return None
+
+    def block_barrier(self, body, index):
+        """Whether `body[index]`, a barrier, may be a block barrier."""
+        products = self._products_before(body, index)
+        return bool(products) and all(
+            product.y in self.arrays and product.parallel
+            and (product.x in self.states or product.x.startswith("field_")
+                 or not self._written_later(body, index, product.x))
+            for product in products)
+
+    def batch_barriers(self):
+        """(block barriers, barriers) in a batch: in the kernel's batch loop."""
+        counts = [0, 0]
+
+        def visit(body):
+            for index, statement in enumerate(body):
+                if isinstance(statement, Barrier):
+                    counts[0] += self.block_barrier(body, index)
+                    counts[1] += 1
+                elif isinstance(statement, Loop):
+                    visit(statement.body)
+                elif isinstance(statement, If):
+                    visit(statement.body)
+                    visit(statement.orelse)
+
+        for loop in self.kernel_body:
+            if isinstance(loop, Loop) and not loop.parallel:
+                visit(loop.body)
+        return tuple(counts)
+
+    def _products_before(self, body, index):
+        """The products between `body[index]` and the barrier before it in `body` (or the
+        kernel's start); None where anything else but names and comments runs there."""
+        products = []
+        for statement in reversed(body[:index]):
+            if isinstance(statement, Barrier):
+                return products
+            if isinstance(statement, MatMul):
+                products.append(statement)
+            elif not isinstance(statement, (Comment, Let, Alloc)):
+                return None
+        return products if body is self.kernel_body else None
+
+    def _written_later(self, body, index, array):
+        """Whether a statement that may run after `body[index]` before the grid next meets
+        at a barrier writes `array`. A barrier that another barrier's products do not
+        precede is the grid's; any other counts as a block's, on the safe side."""
+        pending, seen = [(body, index + 1)], set()
+        while pending:
+            statements, position = pending.pop()
+            if (id(statements), position) in seen:
+                continue
+            seen.add((id(statements), position))
+            if position == len(statements):
+                pending += self._after(statements)
+                continue
+            statement = statements[position]
+            if isinstance(statement, Barrier) and not self._products_before(statements,
+                                                                            position):
+                continue
+            if isinstance(statement, If):
+                pending += [(branch, 0) for branch in (statement.body, statement.orelse)
+                            if branch]
+                if not statement.orelse:
+                    pending.append(self._skipping(statements, position))
+            elif isinstance(statement, Loop) and not statement.parallel:
+                pending += [(statement.body, 0), (statements, position + 1)]
+            elif array in writes(statement):
+                return True
+            else:
+                pending.append((statements, position + 1))
+        return False
+
+    def _after(self, statements):
+        """Where a path goes at the end of `statements`: a sequential loop's body again or
+        what follows the loop; what follows a branch; nowhere after the kernel's own."""
+        if id(statements) not in self.parents:
+            return []
+        holder, index = self.parents[id(statements)]
+        if isinstance(holder[index], Loop):
+            return [(statements, 0), (holder, index + 1)]
+        return [(holder, index + 1)]
+
+    def _skipping(self, statements, position):
+        """Where a path goes past an `If` not taken. The batch loop's last statement,
+        `if b > 0:` (the last batch multiplies nothing), is not taken in its last batch only:
+        past it the loop ends."""
+        condition = statements[position].condition
+        holder = self.parents.get(id(statements))
+        if holder is not None and position == len(statements) - 1:
+            loop = holder[0][holder[1]]
+            if (isinstance(loop, Loop) and loop.step == -1 and loop.stop == Const(-1)
+                    and condition == BinOp(">", Var(loop.var), Const(0))):
+                return holder[0], holder[1] + 1
+        return statements, position + 1
+
+
+def split_units(kernel, weight_shapes):
+    """The unit-split arrays of a fused kernel, for `weight_shapes` {weight: (rows, columns)}."""
+    reads, writes = {}, {}
+    _accesses(kernel.body, reads, writes, None)
+    arrays = {}
+    for array, readers in reads.items():
+        units = {_read_units(loop, load) for loop, load in readers}
+        if len(units) != 1 or None in units or array not in writes:
+            continue
+        units = units.pop()
+        if all(isinstance(writer, MatMul) and writer.parallel
+               and weight_shapes[writer.weight][0] % units == 0 for writer in writes[array]):
+            arrays[array] = units
+    products = [writer for writers in writes.values() for writer in writers
+                if isinstance(writer, MatMul)]
+    mixed = True
+    while mixed:  # a weight's products all write arrays split by the same units, or none does
+        mixed = False
+        for weight in {product.weight for product in products}:
+            outputs = [product.y for product in products if product.weight == weight]
+            if len({arrays.get(y) for y in outputs}) > 1:
+                for y in outputs:
+                    mixed = arrays.pop(y, None) is not None or mixed
+    weights = {product.weight: arrays[product.y] for product in products if product.y in arrays}
+    return UnitSplit(arrays, weights, frozenset(name for name, _ in kernel.states), kernel.body,
+                     _parents(kernel.body))
+
+
+def _parents(body, parents=None):
+    """{id of a loop's or branch's statements: (the statements holding it, its index)}."""
+    parents = {} if parents is None else parents
+    for index, statement in enumerate(body):
+        if isinstance(statement, Loop):
+            inner = (statement.body,)
+        elif isinstance(statement, If):
+            inner = tuple(branch for branch in (statement.body, statement.orelse) if branch)
+        else:
+            continue
+        for statements in inner:
+            parents[id(statements)] = (body, index)
+            _parents(statements, parents)
+    return parents
+
+
+def writes(statement):
+    """The arrays a statement (a loop with all it holds) writes."""
+    if isinstance(statement, MatMul):
+        return {statement.y}
+    if isinstance(statement, Store):
+        return {statement.array}
+    if isinstance(statement, Loop):
+        return set().union(*map(writes, statement.body))
+    if isinstance(statement, If):
+        return set().union(*map(writes, statement.body + statement.orelse))
+    return set()
+
+
+def _accesses(body, reads, writes, loop, item=None):
+    """reads {array: [(the parallel loop it is read in, or None; the load)]} and writes
+    {array: [the statements writing it]}, from `body` inside the parallel loop `loop`. Inside
+    an unrolled item (`item`, a one-worker loop), the item's block does it all: the item is
+    recorded as the statement, and its loads as read outside any parallel loop."""
+    for statement in body:
+        if isinstance(statement, Loop) and statement.one_worker:
+            _accesses(statement.body, reads, writes, None, statement)
+        elif isinstance(statement, Loop):
+            _read((statement.start, statement.stop), reads, loop)
+            inner = statement if statement.parallel and loop is None and item is None else loop
+            _accesses(statement.body, reads, writes, inner, item)
+        elif isinstance(statement, If):
+            _read((statement.condition,), reads, loop)
+            _accesses(statement.body + statement.orelse, reads, writes, loop, item)
+        elif isinstance(statement, MatMul):
+            writes.setdefault(statement.y, []).append(item or statement)
+            reads.setdefault(statement.x, []).append((None, None))
+            _read((statement.rows, statement.x_row, statement.y_row), reads, loop)
+        elif isinstance(statement, Let):
+            _read((statement.value,), reads, loop)
+        elif isinstance(statement, Store):
+            writes.setdefault(statement.array, []).append(item or statement)
+            _read(statement.index + (statement.value,), reads, loop)
+
+
+def _read(expressions, reads, loop):
+    for load in loads(expressions):
+        reads.setdefault(load.array, []).append((loop, load))
+
+
+def loads(node):
+    """Every `Load` in an ILIR statement, expression or tuple of them."""
+    if isinstance(node, tuple):
+        for item in node:
+            yield from loads(item)
+    elif isinstance(node, Load):
+        yield node
+        yield from loads(node.index)
+    elif is_dataclass(node):
+        for item in fields(node):
+            yield from loads(getattr(node, item.name))
+
+
+def _read_units(loop, load):
+    """E when `load`, inside the parallel loop `loop` whose elements span E (index e), reads
+    column e + j·E of a two-dimensional array; else None."""
+    if loop is None or len(load.index) != 2:
+        return None
+    extent, element = element_extent(loop.body)
+    column = load.index[1]
+    if element is None:
+        return None
+    if column == Var(element):
+        return extent
+    if (isinstance(column, BinOp) and column.operator == "+" and column.left == Var(element)
+            and isinstance(column.right, Const) and column.right.value % extent == 0):
+        return extent
+    return None

@@ -16,10 +16,12 @@ An array is *unit-split*, with E units, when
   reads column e + j·E only.
 
 A barrier is a block barrier when what runs between it and the barrier before it in the same
-statements (or the kernel's start) is products only, each writing a unit-split array and
-reading a state or a field. After it, a block reads no array written since that barrier but
-the rows it computed itself; and what the products read is written once at most (a node's
-state) or never (a field), so no block that runs ahead overwrites what another still reads."""
+statements (or the kernel's start) is products only, each writing a unit-split array. After
+it, a block reads no array written since that barrier but the rows it computed itself. And no
+block that runs ahead may overwrite what the products of another still read: each reads a
+state (written once, a node's), a field (never written), or an array that nothing writes on
+any path from the barrier to the next that is surely the grid's (TreeGRU's packed inputs,
+rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
@@ -99,7 +101,10 @@ class UnitSplit:
                 continue
             seen.add((id(statements), position))
             if position == len(statements):
-                pending += self._after(statements)
+                after = self._after(statements)
+                if after is None:
+                    return True
+                pending += after
                 continue
             statement = statements[position]
             if isinstance(statement, Barrier) and not self._products_before(statements,
@@ -120,9 +125,12 @@ class UnitSplit:
 
     def _after(self, statements):
         """Where a path goes at the end of `statements`: a sequential loop's body again or
-        what follows the loop; what follows a branch; nowhere after the kernel's own."""
+        what follows the loop; what follows a branch; nowhere after the kernel's own; None
+        where it is unknown."""
         if id(statements) not in self.parents:
             return []
+        if self.parents[id(statements)] is None:
+            return None
         holder, index = self.parents[id(statements)]
         if isinstance(holder[index], Loop):
             return [(statements, 0), (holder, index + 1)]
@@ -134,7 +142,7 @@ class UnitSplit:
         past it the loop ends."""
         condition = statements[position].condition
         holder = self.parents.get(id(statements))
-        if holder is not None and position == len(statements) - 1:
+        if holder and position == len(statements) - 1:
             loop = holder[0][holder[1]]
             if (isinstance(loop, Loop) and loop.step == -1 and loop.stop == Const(-1)
                     and condition == BinOp(">", Var(loop.var), Const(0))):
@@ -181,7 +189,8 @@ def _parents(body, parents=None):
         else:
             continue
         for statements in inner:
-            parents[id(statements)] = (body, index)
+            # The same statements in two places: where a path goes after them is unknown.
+            parents[id(statements)] = None if id(statements) in parents else (body, index)
             _parents(statements, parents)
     return parents
 

@@ -12,7 +12,7 @@ from . import device, runtime
 from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
-from .units import UnitSplit, split_units
+from .units import NO_SPLIT, split_units
 
 _running = threading.Lock()
 # Blocks per multiprocessor that run an unfused launch of one-worker items.
@@ -38,7 +38,7 @@ class CudaKernel:
                             if isinstance(statement, Let) and not isinstance(statement.value, Load)]
         self.parameter_attributes = kernel_parameters(kernel)
         self.split = (split_units(kernel, weight_shapes) if self.fusion and schedule.split_units
-                      else UnitSplit() if self.fusion else None)
+                      else NO_SPLIT)
         self.kept_parameters = {}  # {kernel parameter: (the params' value, its device array)}
         self.buffers = DeviceBuffers()
         self.configure(device.multiprocessors() if self.fusion else None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
+from .units import NO_SPLIT, element_extent
 
 MATH = '''
 @cuda.jit(device=True, inline=True)
@@ -35,33 +36,18 @@ CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})
 expression = PythonExpressions(CALLS)
 
 
-def element_extent(body):
-    """How many elements the element loops of a parallel loop's body span, and their index
-    variable."""
-    extent, variable = 1, None
-    for statement in body:
-        if isinstance(statement, Loop) and statement.element:
-            extent, variable = max(extent, int(statement.stop.value)), statement.var
-        elif isinstance(statement, Loop):
-            inner_extent, inner_variable = element_extent(statement.body)
-            if inner_variable is not None:
-                extent, variable = max(extent, inner_extent), inner_variable
-    return extent, variable
-
-
 class Emitter:
     """Source lines for the statements of one device function; `split`: the hidden units the
-    fused kernel's blocks split (a `units.UnitSplit`), None where they split none."""
+    fused kernel's blocks split (a `units.UnitSplit`, empty where they split none)."""
 
-    def __init__(self, persistent=(), split=None):
+    def __init__(self, persistent=(), split=NO_SPLIT):
         self.lines = []
         self.persistent = persistent
         self.split = split
 
     def statements(self, body, depth, extent=None):
         for index, statement in enumerate(body):
-            if (isinstance(statement, Barrier) and self.split is not None
-                    and self.split.block_barrier(body, index)):
+            if isinstance(statement, Barrier) and self.split.block_barrier(body, index):
                 self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
                                   f"{statement.reason} (each block its own units)")
             else:
@@ -101,7 +87,7 @@ class Emitter:
         pad = "    " * depth
         extent, element = element_extent(loop.body)
         count = expression(loop.stop)
-        if self.split is not None and self.split.loop_units(loop):
+        if self.split.loop_units(loop):
             items = f"range(cuda.threadIdx.x, {count} * units, cuda.blockDim.x)"
             self.lines += [f"{pad}unit_begin, units = owned_units({extent})",
                            f"{pad}for item in {items}:",
@@ -185,12 +171,12 @@ def has_items_per_block(body):
                for statement in body)
 
 
-def matmul_call(product, persistent, split=None):
+def matmul_call(product, persistent, split):
     """`matmul_rows` (`matmul_units` where the blocks split the units) on the weight itself,
     or on this block's slice in shared memory."""
     weight = product.weight
     rows = expression.bound(product.rows)
-    if split is not None and product.y in split.arrays:
+    if product.y in split.arrays:
         units = split.arrays[product.y]
         sliced = weight in persistent
         operand, x, y = expression.matmul_operands(

@@ -46,11 +46,9 @@ def owned_rows(num_rows):
 
 @cuda.jit(device=True, inline=True)
 def owned_units(units):
-    """The first of `units` hidden units this block owns, and how many it owns (none, or
-    fewer than the others, at the grid's end)."""
-    per_block = (units + cuda.gridDim.x - 1) // cuda.gridDim.x
-    begin = cuda.blockIdx.x * per_block
-    return begin, min(per_block, units - begin)
+    """The first of `units` hidden units this block owns, and how many: units are split over
+    the blocks as rows are."""
+    return owned_rows(units)
 
 
 @cuda.jit(device=True, inline=True)

@@ -25,8 +25,21 @@ rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field, fields, is_dataclass
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
-                             Store, Var)
-from .emit import element_extent
+                             Store, Var, walk)
+
+
+def element_extent(body):
+    """How many elements the element loops of a parallel loop's body span, and their index
+    variable."""
+    extent, variable = 1, None
+    for statement in body:
+        if isinstance(statement, Loop) and statement.element:
+            extent, variable = max(extent, int(statement.stop.value)), statement.var
+        elif isinstance(statement, Loop):
+            inner_extent, inner_variable = element_extent(statement.body)
+            if inner_variable is not None:
+                extent, variable = max(extent, inner_extent), inner_variable
+    return extent, variable
 
 
 @dataclass(frozen=True)
@@ -117,7 +130,7 @@ class UnitSplit:
                     pending.append(self._skipping(statements, position))
             elif isinstance(statement, Loop) and not statement.parallel:
                 pending += [(statement.body, 0), (statements, position + 1)]
-            elif array in writes(statement):
+            elif array in _written_by(statement):
                 return True
             else:
                 pending.append((statements, position + 1))
@@ -148,6 +161,10 @@ class UnitSplit:
                     and condition == BinOp(">", Var(loop.var), Const(0))):
                 return holder[0], holder[1] + 1
         return statements, position + 1
+
+
+# The blocks split no units: every product by rows, every barrier the grid's.
+NO_SPLIT = UnitSplit()
 
 
 def split_units(kernel, weight_shapes):
@@ -195,17 +212,11 @@ def _parents(body, parents=None):
     return parents
 
 
-def writes(statement):
+def _written_by(statement):
     """The arrays a statement (a loop with all it holds) writes."""
-    if isinstance(statement, MatMul):
-        return {statement.y}
-    if isinstance(statement, Store):
-        return {statement.array}
-    if isinstance(statement, Loop):
-        return set().union(*map(writes, statement.body))
-    if isinstance(statement, If):
-        return set().union(*map(writes, statement.body + statement.orelse))
-    return set()
+    inside = tuple(walk((statement,)))
+    return ({product.y for product in inside if isinstance(product, MatMul)}
+            | {store.array for store in inside if isinstance(store, Store)})
 
 
 def _accesses(body, reads, writes, loop, item=None):

@@ -144,10 +144,14 @@ def test_blocks_that_run_apart_after_block_barriers_still_equal_reference(name):
 
 def test_lagging_blocks_expose_a_block_barrier_where_blocks_read_each_others_rows(monkeypatch):
     """The check above has teeth: with every barrier a block barrier, a block multiplies
-    states that lagging blocks have not computed yet."""
+    states that lagging blocks have not computed yet. What such a block reads is whatever the
+    buffer held: a wrong root, or a value so large that the simulator's exp overflows."""
     monkeypatch.setattr(UnitSplit, "block_barrier", lambda split, body, index: True)
     forest, _ = STRUCTURES["binary"]
     p = tree_lstm_params(5, VOCAB, "float64", 3)
     with grid_of(3, tree_lstm, lag=LAG):
-        result = tree_lstm.run(forest, p, backend="cuda")
-    assert not np.allclose(result.roots[0], tree_lstm.reference(forest, p).roots[0])
+        try:
+            root = tree_lstm.run(forest, p, backend="cuda").roots[0]
+        except OverflowError:
+            return
+    assert not np.allclose(root, tree_lstm.reference(forest, p).roots[0])

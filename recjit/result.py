@@ -7,7 +7,8 @@ class Result:
 
     `nodes[i][n]` is component i of node n's state, nodes in the forest's own order;
     `roots[i][r]` is the same for the forest's r-th root. A compiled run puts `nodes` in the
-    forest's order on first use only: most callers read the roots alone."""
+    forest's order on first use only (on a GPU, copies them back only then): most callers read
+    the roots alone."""
 
     def __init__(self, nodes=None, roots=None, order_nodes=None):
         self._nodes = nodes
@@ -16,9 +17,16 @@ class Result:
 
     @property
     def nodes(self):
-        if self._nodes is None:
-            self._nodes = self._order_nodes()
+        order_nodes = self._order_nodes
+        if self._nodes is None and order_nodes is not None:
+            self._nodes = order_nodes()
+            self._order_nodes = None  # and whatever it holds on to
         return self._nodes
+
+    @property
+    def has_nodes(self):
+        """Whether `nodes` is at hand, not yet to be put in order or copied back."""
+        return self._nodes is not None
 
     @classmethod
     def from_nodes(cls, nodes, roots_index):

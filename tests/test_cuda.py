@@ -163,11 +163,12 @@ def test_a_fused_launch_on_a_gpu_goes_to_the_driver_with_parameters_laid_out_onc
 
 
 @pytest.mark.parametrize("refactor, launches", [
-    # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise
-    (False, 3 + 3 * 4),
+    # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise;
+    # then the roots' gather
+    (False, 3 + 3 * 4 + 1),
     # the same, each pass followed by the 2 refactored products of its states, but for the
     # last batch (the roots: no parent reads them); no batch packs
-    (True, (3 + 2) + 2 * (1 + 2) + 1)], ids=["plain", "refactored"])
+    (True, (3 + 2) + 2 * (1 + 2) + 1 + 1)], ids=["plain", "refactored"])
 def test_the_unfused_schedule_launches_per_step_and_product(monkeypatch, refactor, launches):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
@@ -272,7 +273,9 @@ def test_buffers_keep_the_most_recently_used_layouts_only():
     buffers = DeviceBuffers()
 
     def states(nodes=1, columns=1):
-        return buffers.states(nodes, (("state_0", columns),), np.float64)
+        states = buffers.states(nodes, 1, (("state_0", columns),), np.float64)
+        assert not states.lent()
+        return states
 
     first = states()
     assert states(nodes=2) is first  # the same bucket of rows
@@ -300,14 +303,54 @@ def test_forest_arrays_of_several_dtypes_and_odd_sizes_go_up_in_one_buffer_intac
 
 
 def test_states_of_different_widths_come_back_from_one_buffer_intact():
+    """Nodes' rows and roots' rows each in one copy, whatever the widths and padding."""
     from recjit.codegen_cuda.buffers import DeviceBuffers
-    states = DeviceBuffers().states(5, (("h", 3), ("C", 7), ("c", 1)), np.float32)
-    written = {name: np.arange(array.size, dtype=np.float32).reshape(array.shape) + 1000 * i
-               for i, (name, array) in enumerate(states.arrays.items())}
-    for name, values in written.items():
-        states.arrays[name].copy_to_device(values)
-    for (name, values), on_host in zip(written.items(), states.to_host(5)):
-        np.testing.assert_array_equal(on_host, values[:5])
+    states = DeviceBuffers().states(5, 3, (("h", 3), ("C", 7), ("c", 1)), np.float32)
+    for arrays, copy_back, rows in ((states.arrays, states.nodes_to_host, 5),
+                                    (states.root_arrays, states.roots_to_host, 3)):
+        written = {name: np.arange(array.size, dtype=np.float32).reshape(array.shape) + 1000 * i
+                   for i, (name, array) in enumerate(arrays.items())}
+        for name, values in written.items():
+            arrays[name].copy_to_device(values)
+        for (name, values), on_host in zip(written.items(), copy_back(rows)):
+            np.testing.assert_array_equal(on_host, values[:rows])
+
+
+def test_a_run_copies_back_the_roots_alone_and_the_nodes_when_first_read(monkeypatch):
+    from recjit.codegen_cuda import buffers
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5), 6])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    copied = []
+    for name in ("roots_to_host", "nodes_to_host"):
+        method = getattr(buffers._States, name)
+        monkeypatch.setattr(buffers._States, name, lambda states, rows, method=method, name=name:
+                            copied.append(name) or method(states, rows))
+    result = tree_lstm.run(forest, p, backend="cuda")
+    assert copied[-1:] == ["roots_to_host"]  # (an older result may have copied its nodes first)
+    assert_same_result(result, tree_lstm.reference(forest, p))
+    assert copied[-2:] == ["roots_to_host", "nodes_to_host"]
+
+
+def test_results_kept_across_three_runs_on_the_same_buffers_keep_their_nodes():
+    """Two buffers a layout: the third run reuses the first's, whose result copies back its
+    nodes before they are overwritten."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 10)
+    forests = [caterpillar(depth, VOCAB) for depth in (12, 13, 14)]  # 25-29 nodes: 32 rows
+    kept = [tree_lstm.run(forest, p, backend="cuda") for forest in forests]
+    assert kept[0].has_nodes and not kept[1].has_nodes and not kept[2].has_nodes
+    for result, forest in zip(kept, forests):
+        assert_same_result(result, tree_lstm.reference(forest, p))
+
+
+def test_a_dropped_result_leaves_its_buffer_to_the_next_run_without_a_copy():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 11)
+    forest = caterpillar(12, VOCAB)
+    tree_lstm.run(forest, p, backend="cuda")
+    kept = tree_lstm.run(forest, p, backend="cuda")
+    tree_lstm.run(forest, p, backend="cuda")
+    tree_lstm.run(forest, p, backend="cuda")
+    assert not kept.has_nodes
+    assert_same_result(kept, tree_lstm.reference(forest, p))
 
 
 def test_device_output_is_not_overwritten_by_the_next_run():
@@ -358,7 +401,8 @@ def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier
     assert ("the blocks split the hidden units, each computing the rows of p_U_f, p_U_iou, "
             "p_W_iou that its own elementwise ops read: 1 of a batch's 2 barriers "
             "synchronizes a block only") in text
-    batch_loop = tree_lstm.kernel_source("cuda").split("for b in range")[1]
+    batch_loop = (tree_lstm.kernel_source("cuda").split("for b in range")[1]
+                  .split("grid.sync()  # barrier: the roots read")[0])
     assert batch_loop.count("grid.sync()") == 1
     assert batch_loop.count("cuda.syncthreads()  # barrier: the next batch reads") == 1
     check(tree_lstm, forest, p)

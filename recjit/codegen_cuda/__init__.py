@@ -12,9 +12,14 @@ from . import device, runtime
 from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
+from .roots import gather_roots
 from .units import NO_SPLIT, split_units
 
-_running = threading.Lock()
+# One run at a time (runs share the device buffers); reentrant, since a run may make an
+# earlier result copy back its nodes from a buffer it is about to reuse.
+_running = threading.RLock()
+ROOTS_GATHERED = ("the roots' states, the rows copied back (a result's other nodes come back "
+                  "when first read)")
 # Blocks per multiprocessor that run an unfused launch of one-worker items.
 UNFUSED_ITEM_BLOCKS = 4
 
@@ -26,7 +31,7 @@ class CudaKernel:
 
     def __init__(self, kernel, fast_math, schedule, weight_shapes):
         device.require_device()
-        self.kernel = kernel
+        self.kernel = gather_roots(kernel)
         self.fast_math = fast_math
         self.fusion = schedule.fusion
         self.persistence = schedule.persistence
@@ -37,7 +42,7 @@ class CudaKernel:
         self.scalar_lets = [statement for statement in kernel.body
                             if isinstance(statement, Let) and not isinstance(statement.value, Load)]
         self.parameter_attributes = kernel_parameters(kernel)
-        self.split = (split_units(kernel, weight_shapes) if self.fusion and schedule.split_units
+        self.split = (split_units(self.kernel, weight_shapes) if self.fusion and schedule.split_units
                       else NO_SPLIT)
         self.kept_parameters = {}  # {kernel parameter: (the params' value, its device array)}
         self.buffers = DeviceBuffers()
@@ -85,9 +90,10 @@ class CudaKernel:
     def describe(self):
         """What `explain()` says of the launch."""
         if not self.fusion:
-            return "unfused: one launch per parallel step and per matrix product"
+            return ("unfused: one launch per parallel step and per matrix product, the last "
+                    f"gathering {ROOTS_GATHERED}")
         text = (f"fused: one cooperative launch, {_count(self.blocks, 'block')} × "
-                f"{_count(self.threads, 'thread')}")
+                f"{_count(self.threads, 'thread')}, ending by gathering {ROOTS_GATHERED}")
         if has_items_per_block(self.kernel.body):
             text += "; an unrolled item per block, its products by the block alone"
         if self.split.arrays:
@@ -122,9 +128,10 @@ class CudaKernel:
         copy (and, unfused, those its host code reads), and the states they fill."""
         dtype = np.dtype(self.kernel.dtype)
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
-        states = self.buffers.states(linearized.num_nodes, self.kernel.states, dtype)
+        states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
+                                     self.kernel.states, dtype)
         arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, dtype),
-                  **states.arrays}
+                  **states.arrays, **states.root_arrays}
         arguments = self.arguments(scalars, arrays, self.scratch_for(scalars, dtype))
         return arguments + [forest_arrays[name] for name in self.host_arrays], states
 
@@ -157,11 +164,22 @@ class CudaKernel:
                 + [scratch[array.name] for array in self.scratch])
 
     def result(self, states, shapes, linearized, device_output):
-        """The states' first `num_nodes` rows (the rest is the buffers' slack) in the
-        forest's order; on the device, gathered into arrays of their own."""
+        """The roots' states, which the kernel gathered, copied back; the nodes' states (their
+        first `num_nodes` rows: the rest is the buffers' slack) in the forest's order when
+        first read, copied back then. On the device, both gathered into arrays of their own."""
         if not device_output:
-            return Result.from_linearized(states.to_host(linearized.num_nodes), shapes,
-                                          linearized.new_of_old, linearized.roots)
+            roots = tuple(state.reshape((-1,) + shape) for state, shape in
+                          zip(states.roots_to_host(linearized.roots.size), shapes))
+
+            def nodes():
+                with _running:
+                    return tuple(state.take(linearized.new_of_old, axis=0).reshape((-1,) + shape)
+                                 for state, shape in
+                                 zip(states.nodes_to_host(linearized.num_nodes), shapes))
+
+            result = Result(roots=roots, order_nodes=nodes)
+            states.lend(result)
+            return result
         nodes, roots = [], []
         for orders, out in ((linearized.new_of_old, nodes), (linearized.roots, roots)):
             order = device.to_device("the node order", orders, np.int64)

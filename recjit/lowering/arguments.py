@@ -20,6 +20,8 @@ def forest_arguments(kernel, linearized):
               "child_idx": linearized.child_idx}
     if "max_children" in kernel.scalars:
         scalars["max_children"] = int(np.diff(linearized.child_ptr).max(initial=0))
+    if "root_node" in kernel.arrays:
+        arrays["root_node"], scalars["num_roots"] = linearized.roots, linearized.roots.size
     if "item_begin" in kernel.arrays:
         arrays["batch_item"], arrays["item_begin"] = linearized.batch_item, linearized.item_begin
     if kernel.distinct_key:

@@ -363,6 +363,25 @@ def test_device_output_is_not_overwritten_by_the_next_run():
     assert_same_result(on_host, tree_rnn.reference(first, p))
 
 
+def test_an_upload_waits_for_the_last_one_only_after_a_run_that_returned_device_arrays(
+        monkeypatch):
+    """The forest goes up asynchronously from a pinned buffer that the next run rewrites: a
+    run that copied its roots back has waited for its upload, one with device output not."""
+    waits = []
+    monkeypatch.setattr(device, "synchronize", lambda: waits.append(1))
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", 6)
+    tree_rnn.run(forest, p, backend="cuda")
+    waits.clear()  # (for an earlier test's device output)
+    tree_rnn.run(forest, p, backend="cuda")
+    tree_rnn.run(forest, p, backend="cuda", device_output=True)
+    assert waits == []
+    tree_rnn.run(forest, p, backend="cuda")
+    assert waits == [1]
+    tree_rnn.run(forest, p, backend="cuda")
+    assert waits == [1]
+
+
 def test_device_output_stays_on_the_device_and_equals_host_output():
     forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", 5)

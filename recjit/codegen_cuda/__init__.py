@@ -170,6 +170,7 @@ class CudaKernel:
         if not device_output:
             roots = tuple(state.reshape((-1,) + shape) for state, shape in
                           zip(states.roots_to_host(linearized.roots.size), shapes))
+            self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
 
             def nodes():
                 with _running:

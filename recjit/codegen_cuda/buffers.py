@@ -59,14 +59,21 @@ class _Upload:
         self.staging = device.pinned_array(total, np.uint8)
         self.on_device = device.device_array(total, np.uint8)
         self.staged, self.views = {}, {}
+        self.queued = False  # whether the device may not have copied the staging buffer yet
         for (name, dtype, shape), (begin, end) in zip(layout, spans):
             self.staged[name] = self.staging[begin:end].view(dtype)
             self.views[name] = self.on_device[begin:end].view(dtype).reshape(shape)
 
     def copy(self, arrays):
+        """Queue the copy of `arrays` to the device; their views there. The staging buffer
+        is rewritten only once the device has copied it: a run that copies states back has
+        waited for it, one that returned device arrays may not have."""
+        if self.queued:
+            device.synchronize()
         for name, values in arrays.items():
             self.staged[name][:values.size] = values.ravel()
-        device.copy_bytes_to_device(self.on_device, self.staging)
+        device.queue_copy_to_device(self.on_device, self.staging)
+        self.queued = True
         return self.views
 
 
@@ -142,6 +149,11 @@ class DeviceBuffers:
         layout = tuple((name, values.dtype.str, _bucketed(values.shape))
                        for name, values in arrays.items())
         return self._uploads.get_or_make(layout, lambda: _Upload(layout)).copy(arrays)
+
+    def copied(self):
+        """The device has run every upload queued so far (the caller has waited for it)."""
+        for upload in self._uploads.values():
+            upload.queued = False
 
     def states(self, num_nodes, num_roots, columns, dtype):
         """The states {name: a (bucketed num_nodes, size) device array} for the ((name, size),

@@ -9,7 +9,8 @@ from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
-from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
+from .lowering import (barriers_per_batch, choose_schedule, lower, print_kernel,
+                       refactor_trade)
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
 from .params import WithContext, shape_and_dtype
@@ -54,6 +55,34 @@ class Compiled:
         self.schedule = schedule
         self.kernel = kernel
         self.backend_kernel = backend_kernel
+
+    def for_forest(self, linearized):
+        return self
+
+
+class ByForest:
+    """The kernels of one input signature whose schedule each forest completes: on the GPU,
+    whether to refactor (`lowering.choose.RefactorTrade`). Each is compiled when a forest
+    first asks for it. `schedule`: the fields every forest shares."""
+
+    def __init__(self, cell, schedule, compile_schedule):
+        self.cell = cell
+        self.schedule = schedule
+        self.trade = refactor_trade(cell, schedule)
+        self.compile_schedule = compile_schedule
+        self.kernels = {}
+        self.lock = threading.Lock()
+
+    def for_forest(self, linearized):
+        refactor = self.trade.pays_for(linearized)
+        compiled = self.kernels.get(refactor)
+        if compiled is None:
+            with self.lock:
+                compiled = self.kernels.get(refactor)
+                if compiled is None:
+                    compiled = self.compile_schedule(self.schedule.but(refactor=refactor))
+                    self.kernels[refactor] = compiled
+        return compiled
 
 
 class RecursiveModel:
@@ -122,27 +151,42 @@ class RecursiveModel:
         return WithContext(p, dict(zip(names, context))) if names else p
 
     def compile(self, forest, p, backend="cpu", schedule=None, context=()):
-        """The compiled kernel for this forest's fields and these parameters' shapes; the same
-        shapes hit the in-memory cache, and numba's disk cache across processes."""
-        p = self.with_context(p, context)
+        """The compiled kernel for this forest's fields and these parameters' shapes (and,
+        where the schedule depends on it, for this forest); the same shapes hit the in-memory
+        cache, and numba's disk cache across processes."""
+        entry = self._compiled_entry(forest, self.with_context(p, context), backend, schedule)
+        return self._for_forest(entry, backend, self.linearize(forest, entry.schedule))
+
+    def _compiled_entry(self, forest, p, backend, schedule):
+        """The `Compiled` of this signature, or its `ByForest` where each forest completes
+        the schedule."""
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         schedule = schedule or self.schedule
         key = self.signature(forest, p, backend, schedule)
-        compiled = self._compiled.get(key)
-        if compiled is None:
+        entry = self._compiled.get(key)
+        if entry is None:
             with self._lock:
-                compiled = self._compiled.get(key)
-                if compiled is None:
+                entry = self._compiled.get(key)
+                if entry is None:
                     field_specs = {name: (values.shape[1:], values.dtype)
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
                     chosen = choose_schedule(cell, schedule, backend, self.kind, self.arity)
-                    kernel = lower(cell, chosen)
-                    fast_math = chosen.fast_math and cell.dtype == "float32"
-                    compiled = Compiled(cell, chosen, kernel, backend_kernel(
-                        backend, kernel, fast_math, chosen, key[2]))
-                    self._compiled[key] = compiled
+
+                    def compile_schedule(chosen):
+                        kernel = lower(cell, chosen)
+                        fast_math = chosen.fast_math and cell.dtype == "float32"
+                        return Compiled(cell, chosen, kernel, backend_kernel(
+                            backend, kernel, fast_math, chosen, key[2]))
+
+                    entry = (ByForest(cell, chosen, compile_schedule) if chosen.refactor is None
+                             else compile_schedule(chosen))
+                    self._compiled[key] = entry
+        return entry
+
+    def _for_forest(self, entry, backend, linearized):
+        compiled = entry.for_forest(linearized)
         self._latest[backend] = compiled
         return compiled
 
@@ -184,8 +228,9 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         p = self.with_context(p, context)
-        compiled = self.compile(forest, p, backend, schedule)
-        linearized = self.linearize(forest, compiled.schedule)
+        entry = self._compiled_entry(forest, p, backend, schedule)
+        linearized = self.linearize(forest, entry.schedule)
+        compiled = self._for_forest(entry, backend, linearized)
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
@@ -217,8 +262,9 @@ class RecursiveModel:
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
         p = self.with_context(p, context)
-        compiled = self.compile(forest, p, backend, schedule)
-        linearized = self.linearize(forest, compiled.schedule)
+        entry = self._compiled_entry(forest, p, backend, schedule)
+        linearized = self.linearize(forest, entry.schedule)
+        compiled = self._for_forest(entry, backend, linearized)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",
@@ -227,7 +273,8 @@ class RecursiveModel:
             f"{linearized}",
             f"internal batches run from the leaves up: {sizes[:-1][::-1].tolist()}",
             "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
-            f"schedule: {compiled.schedule}",
+            f"schedule: {compiled.schedule}"
+            + (" (refactor chosen for this forest)" if isinstance(entry, ByForest) else ""),
             f"barriers per batch: {barriers_per_batch(compiled.kernel)}",
             _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",

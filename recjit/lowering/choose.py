@@ -1,5 +1,7 @@
 """The compiler's half of the schedule: the fields a `Schedule` leaves at None, chosen per
 model and backend, and the checks that a schedule fits them."""
+from dataclasses import dataclass
+
 from ..errors import ScheduleError
 from .ilir import Barrier, Loop
 from .lower import lower
@@ -7,8 +9,20 @@ from .refactor import refactor
 from .traffic import internal_path
 
 
+# What refactoring trades on the GPU, fitted on an H100 (benchmarks/README.md, 2026-11-23,
+# the GPU ablation): TreeFC on perfect trees lost 0.028 ms refactored at one tree (7 internal
+# batches, 16.8 M multiply-adds more) and 0.43 ms at ten (168 M more), which is 2.4 us saved a
+# batch and 0.37 M multiply-adds a microsecond. Those two points are one model's, and models
+# on SST trees gained more from it than they say (TreeLSTM, ten trees: 0.09 ms): the forest
+# goes unrefactored only where the extra products cost MARGIN times what the batches save.
+BATCH_SAVES_US = 2.4
+MULTIPLY_ADDS_PER_US = 0.37e6
+MARGIN = 3
+
+
 def choose_schedule(cell, schedule, backend, kind, arity):
-    """`schedule` with every field decided: what the user set stands, the rest is chosen."""
+    """`schedule` with every field decided: what the user set stands, the rest is chosen;
+    `refactor` stays None where each forest decides (`RefactorTrade.pays_for`)."""
     if schedule.unroll > 1 and kind == "dag":
         raise ScheduleError(f"Schedule.unroll={schedule.unroll} applies to trees and sequences: "
                             "a DAG node reached from two parents would be computed twice")
@@ -18,16 +32,54 @@ def choose_schedule(cell, schedule, backend, kind, arity):
 
 
 def _refactoring_pays(cell, schedule, backend, arity):
-    """Refactor where it removes a barrier per batch. On the GPU a grid barrier costs
-    microseconds and idle SMs, so that is enough; on the CPU a barrier is a prange join and
-    the multiply-adds dominate (measured on the 2-core EPYC, h256: refactoring TreeLSTM cost
-    30%, TreeRNN 50%), so only where it adds none (sequences)."""
-    removes_barrier = (barriers_per_batch(lower(cell, schedule.but(refactor=True)))
-                       < barriers_per_batch(lower(cell, schedule.but(refactor=False))))
-    if not removes_barrier or backend == "cuda":
-        return removes_barrier
+    """Refactor where it removes a barrier per batch and adds no multiply-adds. Where it adds
+    some: on the CPU, no (a barrier is a prange join and the multiply-adds dominate: measured
+    on the 2-core EPYC, h256, refactoring cost TreeLSTM 30%, TreeRNN 50%); on the GPU, a grid
+    barrier costs microseconds and idle SMs, and the forest decides (None)."""
+    trade = refactor_trade(cell, schedule)
+    if trade.barriers_saved <= 0:
+        return False
     before, after = refactor(cell).multiply_adds(2 if arity is None else arity)
-    return after <= before
+    if after <= before:
+        return True
+    return None if backend == "cuda" else False
+
+
+@dataclass(frozen=True)
+class RefactorTrade:
+    """What refactoring a cell trades: barriers per internal batch for multiply-adds. A
+    refactored node multiplies its state by `node_multiply_adds` for its parent (every node
+    but the last batch's, leaves included); an unrefactored internal node multiplies
+    `parent_multiply_adds`, and `child_multiply_adds` per child."""
+
+    barriers_saved: int
+    node_multiply_adds: int
+    parent_multiply_adds: int
+    child_multiply_adds: int
+
+    def pays_for(self, linearized):
+        """Whether the GPU kernel should be refactored for this forest."""
+        internal_batches = linearized.num_batches - 1
+        if internal_batches <= 0:
+            return True  # leaves only: neither kernel multiplies for a parent
+        refactored = self.node_multiply_adds * (linearized.num_nodes
+                                                - int(linearized.batch_begin[1]))
+        unrefactored = (self.parent_multiply_adds * linearized.leaf_begin
+                        + self.child_multiply_adds * linearized.child_idx.size)
+        extra_us = (refactored - unrefactored) / MULTIPLY_ADDS_PER_US
+        return extra_us <= MARGIN * BATCH_SAVES_US * self.barriers_saved * internal_batches
+
+
+def refactor_trade(cell, schedule):
+    """The RefactorTrade of `cell` under `schedule` (whatever its `refactor`)."""
+    refactoring = refactor(cell)
+    return RefactorTrade(
+        barriers_per_batch(lower(cell, schedule.but(refactor=False)))
+        - barriers_per_batch(lower(cell, schedule.but(refactor=True))),
+        sum(projection.rows * projection.width for projection in refactoring.projections),
+        sum(rows * columns for rows, columns, per_child in refactoring.replaced
+            if not per_child),
+        sum(rows * columns for rows, columns, per_child in refactoring.replaced if per_child))
 
 
 def barriers_per_batch(kernel):

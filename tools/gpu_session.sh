@@ -2,14 +2,16 @@
 # Everything issue 4 asks of a lent GPU, in one command (the device tool's machine starts bare
 # and stays warm only seconds between calls). Run from the repository root:
 #     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile products
-#                                        levels quick-bench bench ablation)
+#                                        levels refactor quick-bench bench ablation)
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
 # cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256, 512 and 1024 threads a block and on TreeFC's shape, ~60 s: limit 150 s;
-# levels, us a batch with units split over blocks and without, LEVELS_ARGS to gpu_levels.py).
+# levels, us a batch with units split over blocks and without, LEVELS_ARGS to gpu_levels.py;
+# refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
+# gpu_refactor.py).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
 # The full bench takes more than one call's 600 s on an H100 (third GPU session): run it in two
 # calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1" then the other models and NAME-2.
@@ -63,6 +65,8 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             done' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_lstm,tree_gru --depths 1,8,32,64 --variants default,unsplit} ;;
+        refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_refactor.py \
+            --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \

@@ -234,12 +234,12 @@ def queue_copy_to_device(on_device, on_host):
         on_device.copy_to_device(on_host)
         return
     try:
-        stream = launch_stream()
-    except AttributeError:
+        stream, library = launch_stream(), _driver()
+    except (AttributeError, OSError):  # numba-cuda internals or libcuda not as recjit knows
         driver.host_to_device(on_device, on_host, on_host.nbytes)
         return
-    _check(_driver().cuMemcpyHtoDAsync_v2(on_device.device_ctypes_pointer.value,
-                                          on_host.ctypes.data, on_host.nbytes, stream),
+    _check(library.cuMemcpyHtoDAsync_v2(on_device.device_ctypes_pointer.value,
+                                        on_host.ctypes.data, on_host.nbytes, stream),
            "cuMemcpyHtoDAsync")
 
 

@@ -154,8 +154,15 @@ class RecursiveModel:
         """The compiled kernel for this forest's fields and these parameters' shapes (and,
         where the schedule depends on it, for this forest); the same shapes hit the in-memory
         cache, and numba's disk cache across processes."""
-        entry = self._compiled_entry(forest, self.with_context(p, context), backend, schedule)
-        return self._for_forest(entry, backend, self.linearize(forest, entry.schedule))
+        return self._compiled_for(forest, self.with_context(p, context), backend, schedule)[1]
+
+    def _compiled_for(self, forest, p, backend, schedule):
+        """(this signature's entry, the forest's compiled kernel, the linearized forest)."""
+        entry = self._compiled_entry(forest, p, backend, schedule)
+        linearized = self.linearize(forest, entry.schedule)
+        compiled = entry.for_forest(linearized)
+        self._latest[backend] = compiled
+        return entry, compiled, linearized
 
     def _compiled_entry(self, forest, p, backend, schedule):
         """The `Compiled` of this signature, or its `ByForest` where each forest completes
@@ -184,11 +191,6 @@ class RecursiveModel:
                              else compile_schedule(chosen))
                     self._compiled[key] = entry
         return entry
-
-    def _for_forest(self, entry, backend, linearized):
-        compiled = entry.for_forest(linearized)
-        self._latest[backend] = compiled
-        return compiled
 
     # running ---------------------------------------------------------------------------
     def linearize(self, forest, schedule=None):
@@ -228,9 +230,7 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         p = self.with_context(p, context)
-        entry = self._compiled_entry(forest, p, backend, schedule)
-        linearized = self.linearize(forest, entry.schedule)
-        compiled = self._for_forest(entry, backend, linearized)
+        _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
@@ -262,9 +262,7 @@ class RecursiveModel:
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
         p = self.with_context(p, context)
-        entry = self._compiled_entry(forest, p, backend, schedule)
-        linearized = self.linearize(forest, entry.schedule)
-        compiled = self._for_forest(entry, backend, linearized)
+        entry, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",

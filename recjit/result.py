@@ -37,10 +37,14 @@ class Result:
     def from_linearized(cls, states, shapes, new_of_old, new_roots):
         """States in the linearized numbering (`states[i][new]`, flat per node). Rows are
         gathered with `take`, a third of the time of fancy indexing: this runs at every run."""
-        return cls(roots=tuple([s.take(new_roots, axis=0).reshape((-1,) + shape)
-                                for s, shape in zip(states, shapes)]),
-                   order_nodes=lambda: tuple([s.take(new_of_old, axis=0).reshape((-1,) + shape)
-                                              for s, shape in zip(states, shapes)]))
+        return cls(roots=rows_in_order(states, shapes, new_roots),
+                   order_nodes=lambda: rows_in_order(states, shapes, new_of_old))
 
     def __repr__(self):
         return f"Result(roots={self.roots!r})"
+
+
+def rows_in_order(states, shapes, order):
+    """Rows `order` of each flat state (`states[i][new]`), each row in its state's shape."""
+    return tuple([state.take(order, axis=0).reshape((-1,) + shape)
+                  for state, shape in zip(states, shapes)])

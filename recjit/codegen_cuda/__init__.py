@@ -7,7 +7,7 @@ import numpy as np
 from ..generated import load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..lowering.ilir import BinOp, Const, Let, Load, Var
-from ..result import Result
+from ..result import Result, rows_in_order
 from . import device, runtime
 from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
@@ -174,9 +174,8 @@ class CudaKernel:
 
             def nodes():
                 with _running:
-                    return tuple(state.take(linearized.new_of_old, axis=0).reshape((-1,) + shape)
-                                 for state, shape in
-                                 zip(states.nodes_to_host(linearized.num_nodes), shapes))
+                    return rows_in_order(states.nodes_to_host(linearized.num_nodes), shapes,
+                                         linearized.new_of_old)
 
             result = Result(roots=roots, order_nodes=nodes)
             states.lend(result)

@@ -98,16 +98,16 @@ class _States:
         self.arrays = {name: views[name] for name, _ in columns}
         self.root_arrays = {root_name(name): views[root_name(name)] for name, _ in columns}
         self.node_spans, self.root_spans = spans[:len(columns)], spans[len(columns):]
-        roots_begin = self.root_spans[0][0]
-        self.roots_on_device = self.on_device[roots_begin:]
-        self.roots_staging = self.staging[roots_begin:]
+        self.roots_begin = self.root_spans[0][0]
+        self.roots_on_device = self.on_device[self.roots_begin:]
+        self.roots_staging = self.staging[self.roots_begin:]
         self.borrower = None  # a weak reference to the Result whose nodes are still here
 
     def roots_to_host(self, roots):
         """Each state's rows of the first `roots` roots, in host arrays of their own."""
-        begin = self.root_spans[0][0]
         device.copy_bytes_to_host(self.roots_staging, self.roots_on_device,
-                                  self.root_spans[-1][0] - begin + roots * self.row_bytes[-1])
+                                  self.root_spans[-1][0] - self.roots_begin
+                                  + roots * self.row_bytes[-1])
         return self._unpack(self.root_spans, roots)
 
     def nodes_to_host(self, rows):
@@ -125,14 +125,19 @@ class _States:
         """`result` reads its nodes from here until it has them."""
         self.borrower = weakref.ref(result)
 
-    def lent(self):
+    def borrowing(self):
+        """The live result that still reads its nodes from here, or None."""
         result = self.borrower() if self.borrower is not None else None
-        return result is not None and not result.has_nodes
+        return result if result is not None and not result.has_nodes else None
+
+    def lent(self):
+        return self.borrowing() is not None
 
     def reclaim(self):
         """Make the borrowing result copy its nodes now: the next run overwrites them."""
-        if self.lent():
-            self.borrower().nodes  # noqa: B018 (reading them copies them)
+        result = self.borrowing()
+        if result is not None:
+            result.nodes  # noqa: B018 (reading them copies them)
         self.borrower = None
 
 

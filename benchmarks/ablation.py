@@ -4,7 +4,7 @@
 
 (a) every model of the zoo, with the optimizations added one at a time, from a kernel that
     runs one node at a time, unspecialized, with nothing hoisted (and on the GPU unfused and
-    without persistence or split units) up to the compiler's own schedule;
+    without persistence, split units or staged products) up to the compiler's own schedule;
 (b) recursion unrolling on TreeLSTM and TreeRNN;
 (c) recursive refactoring on TreeGRU and SimpleTreeGRU.
 
@@ -23,12 +23,13 @@ from bench import HERE, TOLERANCE, ZOO, add_common_arguments, batches, setup, wr
 import recjit as rj
 
 BASE = rj.Schedule(dynamic_batching=False, specialize=False, hoist=False, fusion=False,
-                   persistence=False, split_units=False, refactor=False)
+                   persistence=False, split_units=False, stage_products=False, refactor=False)
 # (label, the fields it switches on); each step keeps the ones before it.
 STEPS = [("base", {}), ("+ dynamic batching", {"dynamic_batching": True}),
          ("+ specialization", {"specialize": True}), ("+ hoisting", {"hoist": True})]
 GPU_STEPS = [("+ fusion", {"fusion": True}), ("+ persistence", {"persistence": True}),
-             ("+ split units", {"split_units": True})]
+             ("+ split units", {"split_units": True}),
+             ("+ staged products", {"stage_products": True})]
 UNROLL_MODELS, UNROLL_DEPTHS = ("tree_lstm", "tree_rnn"), (1, 2, 3, 4)
 REFACTOR_MODELS = ("tree_gru", "simple_tree_gru")
 

@@ -36,6 +36,10 @@ class Schedule:
       those ops (`codegen_cuda/units.py`); `False`: each block owns an even share of every
       weight's rows, and a grid barrier separates each product from its readers (the
       ablation baseline).
+    - `stage_products` (CUDA, fused): a product of more nodes than a block's warps take at
+      once stages their inputs through shared memory, a tile of nodes at a time, instead of
+      each warp reading its node's from global memory (`runtime.multiply`); `False`: every
+      product reads them directly (the ablation baseline).
     - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
       CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
       down, one after another, so a batch covers `unroll` heights with no grid barrier
@@ -63,6 +67,7 @@ class Schedule:
     fusion: bool = True
     persistence: bool = True
     split_units: bool = True
+    stage_products: bool = True
     unroll: int = 1
     refactor: bool = None
     fast_math: bool = True

@@ -459,6 +459,24 @@ def test_mv_rnn_reads_its_matrix_products_across_units_and_keeps_grid_barriers()
     check(mv_rnn, forest, p)
 
 
+def test_explain_says_how_many_nodes_a_product_stages_at_once():
+    """TreeLSTM multiplies rows of HIDDEN floats: 32 nodes' fit next to its weights."""
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"), backend="cuda",
+                             file=io.StringIO())
+    assert "stages their inputs in shared memory, 32 nodes at a time" in text
+    assert f"x_tile = cuda.shared.array((32, {HIDDEN}), real)" in tree_lstm.kernel_source("cuda")
+
+
+def test_without_staged_products_inputs_are_read_directly_and_still_right():
+    forest = rj.Forest.perfect(4, num_trees=2)
+    p = tree_fc_params(HIDDEN, 1000, "float64", 7)
+    schedule = rj.Schedule(stage_products=False)
+    text = tree_fc.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
+    assert "products read their inputs directly (Schedule(stage_products=False))" in text
+    check(tree_fc, forest, p, schedule)
+
+
 def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right():
     forest = rj.Forest.from_nested([((1, 2), (3, 4))])
     # Each block's slices of W and U: 2 × ⌈hidden / blocks⌉ × hidden × 8 bytes > 48 KiB.
@@ -475,7 +493,7 @@ def test_without_model_persistence_weights_are_read_through_l2_and_still_right()
     schedule = rj.Schedule(persistence=False)
     text = tree_lstm.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
     assert "model persistence off" in text
-    assert "cuda.shared.array" not in tree_lstm.kernel_source("cuda")
+    assert "shared_p_" not in tree_lstm.kernel_source("cuda")  # no weight's slice
     check(tree_lstm, forest, p, schedule)
 
 

@@ -57,6 +57,8 @@ def grid_of(count, model=None, warps=False, lag=0.0):
             patch.setattr(model, "_compiled", {})
         if warps:
             patch.setattr(runtime, "multiply_rows", runtime.multiply_rows_by_warps)
+            patch.setattr(runtime, "products_of_four", runtime.warp_products)
+            patch.setattr(runtime, "ITEM_WORKERS", runtime.WARP)
         yield
 
 
@@ -125,6 +127,20 @@ def test_the_gpus_warp_products_on_several_blocks_equal_reference(hidden):
     first lane takes two columns)."""
     forest = rj.Forest.from_nested([((1, 2), 3)])
     check(3, tree_lstm, forest, tree_lstm_params(hidden, VOCAB, "float64", 4), warps=True)
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_products_staged_in_several_tiles_on_several_blocks_equal_reference(warps):
+    """Batches of 48 and 24 nodes (3 perfect trees of height 5) over 3 blocks: their products
+    are staged through a tile of 32 nodes in two turns, each block starting at a tile of its
+    own; a simulated block's 32 threads are one warp, so the GPU's choice stages them too."""
+    forest = rj.Forest.perfect(5, num_trees=3)
+    p = tree_fc_params(4, 1000, "float64", 5)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(3, tree_fc):
+        kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
+        assert kernel.tile[0] == 32 and "x_tile" in kernel.source
+    check(3, tree_fc, forest, p, schedule, warps=warps, lag=LAG)
 
 
 # Models whose batches have a block barrier: (model, its parameters, its structure).

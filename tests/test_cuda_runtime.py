@@ -2,26 +2,32 @@
 by hidden units; numba's simulator runs a cooperative grid of one block, so the split is
 checked here with ordinary launches of several blocks, reading the weight itself and each
 block's shared slice. A warp computes one output: columns fewer than a warp's lanes, a
-multiple of them, and neither."""
+multiple of them, and neither. Products of more (node, four rows) items than a block's
+workers stage their inputs through a shared tile: several tiles, the last one partial."""
 import numpy as np
 import pytest
 from numba import cuda, float64
 
 from recjit.codegen_cuda.runtime import (first_row, load_rows, load_unit_rows, matmul_kernel,
-                                         matmul_rows, matmul_units, owned_units)
+                                         matmul_rows, matmul_units, multiply_staged,
+                                         owned_rows, owned_units)
 
 WEIGHT_ROWS, COLUMNS, NODES = 13, 7, 5
 # Two warps per block, so that warps share a block's outputs.
 THREADS = 64
+# The nodes a tile stages: fewer than NODES, and not a divisor of it.
+TILE_NODES = 2
 
 
 def product_from_shared_slices(columns):
     @cuda.jit
     def product(weight, x, y, rows):
+        tile = cuda.shared.array((TILE_NODES, columns), float64)
         weight_slice = cuda.shared.array((WEIGHT_ROWS, columns), float64)
         load_rows(weight, weight_slice)
         cuda.syncthreads()
-        matmul_rows(weight_slice, first_row(weight.shape[0]), weight.shape[0], x, y, rows)
+        matmul_rows(weight_slice, first_row(weight.shape[0]), weight.shape[0], x, y, rows,
+                    tile)
     return product
 
 
@@ -56,6 +62,44 @@ def test_only_the_first_rows_of_the_scratch_are_computed():
     assert np.isnan(y[2:]).all()
 
 
+def staged_product(tile_nodes, columns):
+    """Each block its own rows, every product staged, whatever the items' count."""
+    @cuda.jit
+    def product(weight, x, y, rows):
+        tile = cuda.shared.array((tile_nodes, columns), float64)
+        begin, owned = owned_rows(weight.shape[0])
+        multiply_staged(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile)
+    return product
+
+
+@pytest.mark.parametrize("tile_nodes", [1, 2, 3, NODES, NODES + 3])
+@pytest.mark.parametrize("blocks", [1, 3, 13])
+def test_staged_products_cover_every_node_once_whatever_the_tile(blocks, tile_nodes):
+    """Block b starts at its b-th tile: with 1, 2, 3 nodes a tile, 5 nodes are 5, 3 and 2
+    tiles, the last one partial but for 1; a tile wider than the product is one turn."""
+    weight, x = operands(300 + blocks + tile_nodes, 77)
+    y = np.full((NODES, WEIGHT_ROWS), np.nan)
+    staged_product(tile_nodes, 77)[blocks, THREADS](weight, x, y, NODES)
+    np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12)
+
+
+def test_a_tile_narrower_than_the_rows_leaves_them_read_directly():
+    """A tile too narrow for x's columns (rows too wide for shared memory) is not used,
+    though the items (40 nodes × 2 groups of rows) outnumber the workers (a simulated
+    block's 64 threads, a real one's 2 warps)."""
+    weight, _ = operands(9)
+    x = np.random.default_rng(9).normal(size=(40, COLUMNS))
+    y = np.full((40, WEIGHT_ROWS), np.nan)
+
+    @cuda.jit
+    def product(weight, x, y, rows):
+        tile = cuda.shared.array((1, 1), float64)
+        matmul_rows(weight, 0, weight.shape[0], x, y, rows, tile)
+
+    product[2, THREADS](weight, x, y, 40)
+    np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12)
+
+
 UNITS = 4  # the weight's rows: 3 gates of 4 units and one more gate (13 is not a multiple)
 GATED_ROWS = 12
 
@@ -66,13 +110,14 @@ def product_by_units(sliced, columns):
     @cuda.jit
     def product(weight, x, y, gathered, rows):
         block = cuda.blockIdx.x
+        tile = cuda.shared.array((TILE_NODES, columns), float64)
         if sliced:
             weight_slice = cuda.shared.array((GATED_ROWS, columns), float64)
             load_unit_rows(weight, UNITS, weight_slice)
             cuda.syncthreads()
-            matmul_units(weight_slice, True, UNITS, weight.shape[0], x, y[block], rows)
+            matmul_units(weight_slice, True, UNITS, weight.shape[0], x, y[block], rows, tile)
         else:
-            matmul_units(weight, False, UNITS, weight.shape[0], x, y[block], rows)
+            matmul_units(weight, False, UNITS, weight.shape[0], x, y[block], rows, tile)
         cuda.syncthreads()
         begin, owned = owned_units(UNITS)
         for item in range(cuda.threadIdx.x, rows * max(owned, 0), cuda.blockDim.x):

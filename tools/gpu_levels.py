@@ -100,12 +100,14 @@ def main():
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="default",
-                        help="comma-separated: default, unrefactored, unpersistent, unsplit")
+                        help="comma-separated: default, unrefactored, unpersistent, unsplit, "
+                        "unstaged")
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     variants = {"default": {}, "unrefactored": {"refactor": False},
-                "unpersistent": {"persistence": False}, "unsplit": {"split_units": False}}
+                "unpersistent": {"persistence": False}, "unsplit": {"split_units": False},
+                "unstaged": {"stage_products": False}}
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
         for variant in args.variants.split(","):

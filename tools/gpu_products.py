@@ -1,9 +1,12 @@
 """The CUDA runtime's matrix product on its own, on a real GPU: each way `runtime.py` has of
-computing a block's weight rows (a warp or a thread per node and four rows), over a grid of one
-block per multiprocessor as the fused kernel launches it, against cuBLAS (through PyTorch) on
-the same shapes. Checked against NumPy first; timed with CUDA events, median of many launches.
+computing a block's weight rows (a warp or a thread per node and four rows, reading the inputs
+directly; a warp staging them through shared memory; the fused kernel's choice of the two),
+over a grid of one block per multiprocessor as the fused kernel launches it, against cuBLAS
+(through PyTorch) on the same shapes. Checked against NumPy first; timed with CUDA events,
+median of many launches.
 
-    python tools/gpu_products.py [--rows 768] [--columns 256] [--nodes 1,4,16,64,256,1024]"""
+    python tools/gpu_products.py [--rows 768] [--columns 256] [--nodes 1,4,16,64,256,1024]
+                                 [--tile-nodes 32]"""
 import argparse
 
 import numpy as np
@@ -22,8 +25,19 @@ def product_kernel(multiply_rows, threads):
     return product
 
 
+def tiled_kernel(multiply, threads, tile_nodes, columns):
+    """The same launch with a shared tile of `tile_nodes` × `columns` to stage x through."""
+    @cuda.jit(launch_bounds=threads)
+    def product(weight, x, y, rows):
+        tile = cuda.shared.array((tile_nodes, columns), np.float32)
+        begin, owned = runtime.owned_rows(weight.shape[0])
+        multiply(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile)
+    return product
+
+
 VARIANTS = {"warp per node": runtime.multiply_rows_by_warps,
             "thread per node": runtime.multiply_rows_by_threads}
+TILED = {"staged": runtime.multiply_staged, "fused kernel's choice": runtime.multiply}
 
 
 def events_ms(launch, repeats):
@@ -72,12 +86,15 @@ def main():
     parser.add_argument("--nodes", default="1,4,16,64,256,1024")
     parser.add_argument("--threads", type=int, default=device.threads_per_block())
     parser.add_argument("--repeats", type=int, default=200)
+    parser.add_argument("--tile-nodes", type=int, default=32)
     args = parser.parse_args()
     blocks = device.multiprocessors()
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
     on_device = cuda.to_device(weight)
     kernels = {name: product_kernel(multiply, args.threads) for name, multiply in VARIANTS.items()}
+    kernels.update({name: tiled_kernel(multiply, args.threads, args.tile_nodes, args.columns)
+                    for name, multiply in TILED.items()})
     print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "
           "ms per product (median of CUDA events), GFLOP/s in brackets")
     for nodes in map(int, args.nodes.split(",")):

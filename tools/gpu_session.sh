@@ -8,7 +8,8 @@
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
 # cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
 # PYTEST_ARGS="-n 12", profile ~20 s,
-# products, at 256, 512 and 1024 threads a block and on TreeFC's shape, ~60 s: limit 150 s;
+# products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
+# shared memory, ~60 s: limit 150 s;
 # levels, us a batch with units split over blocks and without, LEVELS_ARGS to gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_refactor.py).
@@ -58,10 +59,10 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             --tb=short -n 8 ;;
         profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;
         products) stage products 150 bash -c 'set -e
-            for threads in 256 512 1024; do python3 tools/gpu_products.py --threads $threads; done
+            for threads in 256 512; do python3 tools/gpu_products.py --threads $threads; done
             for threads in 256 512; do
                 python3 tools/gpu_products.py --threads $threads --rows 256 --columns 512 \
-                    --nodes 40,160,640
+                    --nodes 1,10,40,160,640 --tile-nodes 20
             done' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_lstm,tree_gru --depths 1,8,32,64 --variants default,unsplit} ;;

@@ -4,8 +4,9 @@ Fused (the default): one persistent cooperative kernel; every thread of the grid
 body. A parallel loop over `count` items whose element loops span `n` elements becomes one
 grid-stride loop over the `count · n` (item, element) pairs, each element loop a guard on the
 element index; a `MatMul` a call of `matmul_rows`, each block computing the weight rows it
-owns; an ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per
-launch into shared memory, each block its own rows, when they fit. Where the blocks split the
+owns, the nodes' inputs staged through the block's shared `x_tile` where there are many; an
+ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per launch into
+shared memory, each block its own rows, when they fit. Where the blocks split the
 hidden units (`units.py`), a product is a call of `matmul_units`, a loop that reads it runs
 over the block's own units, and a barrier between them `cuda.syncthreads()`.
 
@@ -34,6 +35,8 @@ CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})
          "maximum": "max({}, {})", "minimum": "min({}, {})"}
 
 expression = PythonExpressions(CALLS)
+# The fused kernel's shared array that the products stage their inputs through.
+TILE = "x_tile"
 
 
 class Emitter:
@@ -173,9 +176,9 @@ def has_items_per_block(body):
 
 def matmul_call(product, persistent, split):
     """`matmul_rows` (`matmul_units` where the blocks split the units) on the weight itself,
-    or on this block's slice in shared memory."""
+    or on this block's slice in shared memory, staging its inputs through `TILE`."""
     weight = product.weight
-    rows = expression.bound(product.rows)
+    rows = f"{expression.bound(product.rows)}, {TILE}"
     if product.y in split.arrays:
         units = split.arrays[product.y]
         sliced = weight in persistent
@@ -258,14 +261,19 @@ RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows", "mat
                  "owned_units")
 
 
-def emit_fused(kernel, fast_math, header, persistent, launch_bound, split):
+def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
     shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
-    (None: no bound); `split`: the units the blocks split (`units.UnitSplit`)."""
+    (None: no bound); `split`: the units the blocks split (`units.UnitSplit`); `tile`: the
+    shape (nodes, columns) of the shared array the products stage inputs through, None where
+    the kernel multiplies nothing."""
     arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
             "    threads = cuda.gridsize(1)"]
+    if tile:
+        body.append(f"    # the products stage the inputs of up to {tile[0]} nodes here")
+        body.append(f"    {TILE} = cuda.shared.array({tile}, real)")
     if persistent:
         body.append("    # model persistence: each block keeps its rows of the weights "
                     "multiplied in every batch")

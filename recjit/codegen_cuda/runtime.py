@@ -12,7 +12,14 @@ memory (`load_rows`, `load_unit_rows`) and read them from there in every batch. 
 owned rows are its local rows 0, 1, ...; a map (run, stride, first) says which row each
 stands for (`spread`). Inside a block, each warp computes one node's products with four local
 rows at a time (`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles,
-each thread does."""
+each thread does.
+
+A product of more nodes than the block's warps take in one turn is *staged* (`multiply`): the
+block copies a tile of the nodes' inputs into shared memory, all threads at once, and its warps
+multiply from there. Read directly, every warp waits on L2 for its node's inputs, one node
+after another, and every block asks for the same rows at the same time; an H100 ran such a
+product of 1024 nodes at a tenth of cuBLAS's rate (tools/gpu_products.py). Each block starts
+at a tile of its own, so that the grid's reads spread over the rows."""
 from numba import cuda
 from numba.core import config
 
@@ -126,8 +133,8 @@ def add_products(totals, value, weight, rows, k):
 
 
 @cuda.jit(device=True, inline=True)
-def strided_dots(weight, rows, x, s, first, step):
-    """Σ W[r, k] · x[s, k] over k = first, first + step, ... below x's columns for the four
+def strided_dots(weight, rows, x, s, first, step, columns):
+    """Σ W[r, k] · x[s, k] over k = first, first + step, ... below `columns` for the four
     rows r of `rows`, each x[s, k] loaded once for all four: four independent sums, not one
     chain. Four of x's values are loaded before any is multiplied: x was written by other
     blocks, so each load waits on L2, and four in flight wait once. On an H100 this took a
@@ -135,7 +142,6 @@ def strided_dots(weight, rows, x, s, first, step):
     compile against 20."""
     zero = x.dtype.type(0)
     totals = (zero, zero, zero, zero)
-    columns = x.shape[1]
     k = first
     while k + 3 * step < columns:
         value0 = x[s, k]
@@ -176,65 +182,122 @@ def warp_sum(total):
 
 
 @cuda.jit(device=True, inline=True)
+def warp_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, local):
+    """y[y_row, r] = Σ_k W[r, k] · x[s, k] for the four rows r from local row `local` on, by
+    one warp: its lanes take every 32nd k and sum with shuffles, x[s, k] loaded once for the
+    four rows, four independent sums in flight."""
+    lane = cuda.threadIdx.x % WARP
+    weight_four = four_rows(local, held - 1, weight_rows)
+    if columns < WARP:  # too short to share: the first lane alone
+        if lane == 0:
+            store_four(y, y_row, four_rows(local, held - 1, y_rows), held - local,
+                       strided_dots(weight, weight_four, x, s, 0, 1, columns))
+    else:
+        totals = strided_dots(weight, weight_four, x, s, lane, WARP, columns)
+        sums = (warp_sum(totals[0]), warp_sum(totals[1]), warp_sum(totals[2]),
+                warp_sum(totals[3]))
+        if lane == 0:
+            store_four(y, y_row, four_rows(local, held - 1, y_rows), held - local, sums)
+
+
+@cuda.jit(device=True, inline=True)
+def thread_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, local):
+    """The same four products by one thread: numba's simulator has no warp shuffles."""
+    store_four(y, y_row, four_rows(local, held - 1, y_rows), held - local,
+               strided_dots(weight, four_rows(local, held - 1, weight_rows), x, s, 0, 1,
+                            columns))
+
+
+@cuda.jit(device=True, inline=True)
 def multiply_rows_by_warps(weight, weight_rows, y_rows, held, x, y, rows):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r that this block's `held`
     local rows stand for under the map `y_rows`; `weight` holds them as the map `weight_rows`
     says (W itself, or this block's slice of it). A warp takes one node s and four local
-    rows at a time, its lanes every 32nd k, and sums with shuffles: the loads of a warp are
-    contiguous, x[s, k] is loaded once for four rows, and a lane keeps four independent sums
-    in flight."""
-    columns = x.shape[1]
-    lane = cuda.threadIdx.x % WARP
+    rows at a time (`warp_products`): the loads of a warp are contiguous."""
     groups = (held + 3) // 4
     for item in range(cuda.threadIdx.x // WARP, rows * groups, cuda.blockDim.x // WARP):
         s = item // groups
-        local = item % groups * 4
-        weight_four = four_rows(local, held - 1, weight_rows)
-        if columns < WARP:  # too short to share: the first lane alone
-            if lane == 0:
-                store_four(y, s, four_rows(local, held - 1, y_rows), held - local,
-                           strided_dots(weight, weight_four, x, s, 0, 1))
-        else:
-            totals = strided_dots(weight, weight_four, x, s, lane, WARP)
-            sums = (warp_sum(totals[0]), warp_sum(totals[1]), warp_sum(totals[2]),
-                    warp_sum(totals[3]))
-            if lane == 0:
-                store_four(y, s, four_rows(local, held - 1, y_rows), held - local, sums)
+        warp_products(weight, weight_rows, y_rows, held, x, s, x.shape[1], y, s,
+                      item % groups * 4)
 
 
 @cuda.jit(device=True, inline=True)
 def multiply_rows_by_threads(weight, weight_rows, y_rows, held, x, y, rows):
-    """The same products, a thread per node and four rows: numba's simulator has no warp
-    shuffles."""
+    """The same products, a thread per node and four rows."""
     groups = (held + 3) // 4
     for item in range(cuda.threadIdx.x, rows * groups, cuda.blockDim.x):
         s = item // groups
-        local = item % groups * 4
-        store_four(y, s, four_rows(local, held - 1, y_rows), held - local,
-                   strided_dots(weight, four_rows(local, held - 1, weight_rows), x, s, 0, 1))
+        thread_products(weight, weight_rows, y_rows, held, x, s, x.shape[1], y, s,
+                        item % groups * 4)
 
 
 multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps
+products_of_four = thread_products if config.ENABLE_CUDASIM else warp_products
+# How many of a block's threads take (node, four rows) items at once.
+ITEM_WORKERS = 1 if config.ENABLE_CUDASIM else WARP
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_rows(weight, weight_first_row, num_rows, x, y, rows):
+def stage_rows(x, first, count, tile):
+    """tile[i, k] = x[first + i, k] for i < count, by every thread of the block: the loads
+    are independent, so all are in flight at once."""
+    columns = x.shape[1]
+    for item in range(cuda.threadIdx.x, count * columns, cuda.blockDim.x):
+        tile[item // columns, item % columns] = x[first + item // columns, item % columns]
+
+
+@cuda.jit(device=True, inline=True)
+def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile):
+    """The products of `multiply_rows`, the nodes' inputs staged through `tile` (shared
+    memory) `tile.shape[0]` nodes at a time. Block b takes the tiles from its b-th on, so
+    that the blocks do not all read the same rows at once."""
+    capacity = tile.shape[0]
+    tiles = (rows + capacity - 1) // capacity
+    groups = (held + 3) // 4
+    for turn in range(tiles):
+        first = (turn + cuda.blockIdx.x) % tiles * capacity
+        count = min(capacity, rows - first)
+        stage_rows(x, first, count, tile)
+        cuda.syncthreads()
+        for item in range(cuda.threadIdx.x // ITEM_WORKERS, count * groups,
+                          cuda.blockDim.x // ITEM_WORKERS):
+            s = item // groups
+            products_of_four(weight, weight_rows, y_rows, held, tile, s, x.shape[1], y,
+                             first + s, item % groups * 4)
+        cuda.syncthreads()  # before the next tile overwrites this one
+
+
+@cuda.jit(device=True, inline=True)
+def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile):
+    """`multiply_rows`, staged through `tile` where the block's items outnumber its workers:
+    a product that each warp finishes in one turn reads its inputs directly, without the
+    block barriers of a stage; so does one whose rows are wider than the tile."""
+    if (rows * ((held + 3) // 4) * ITEM_WORKERS <= cuda.blockDim.x
+            or tile.shape[1] < x.shape[1]):
+        multiply_rows(weight, weight_rows, y_rows, held, x, y, rows)
+    else:
+        multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile)
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
     weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
-    itself, or this block's slice of it)."""
+    itself, or this block's slice of it); `tile`: shared memory to stage x's rows through
+    (`multiply`)."""
     begin, owned = owned_rows(num_rows)
-    multiply_rows(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
-                  x, y, rows)
+    multiply(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
+             x, y, rows, tile)
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_units(weight, sliced, units, num_rows, x, y, rows):
+def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r of a weight W of
     `num_rows` rows whose unit r mod `units` this block owns; `weight` is W, or (`sliced`)
-    this block's rows of it as `load_unit_rows` left them."""
+    this block's rows of it as `load_unit_rows` left them; `tile` as for `matmul_rows`."""
     y_rows, held = unit_rows(units, num_rows)
     weight_rows = (held, 0, 0) if sliced else y_rows
-    multiply_rows(weight, weight_rows, y_rows, held, x, y, rows)
+    multiply(weight, weight_rows, y_rows, held, x, y, rows, tile)
 
 
 @cuda.jit(device=True, inline=True)
@@ -247,8 +310,10 @@ def block_matmul(weight, x, y, rows):
 
 @cuda.jit(**BOUNDED)
 def matmul_kernel(weight, x, y, rows):
-    """One matrix product as a launch of its own (the unfused schedule)."""
-    matmul_rows(weight, 0, weight.shape[0], x, y, rows)
+    """One matrix product as a launch of its own (the unfused schedule): a block per few
+    nodes' rows, not a persistent grid, so its inputs are read directly."""
+    begin, owned = owned_rows(weight.shape[0])
+    multiply_rows(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows)
 
 
 @cuda.jit(**BOUNDED)

@@ -56,7 +56,6 @@ def grid_of(count, model=None, warps=False, lag=0.0):
         if model is not None:
             patch.setattr(model, "_compiled", {})
         if warps:
-            patch.setattr(runtime, "multiply_rows", runtime.multiply_rows_by_warps)
             patch.setattr(runtime, "products_of_four", runtime.warp_products)
             patch.setattr(runtime, "ITEM_WORKERS", runtime.WARP)
         yield

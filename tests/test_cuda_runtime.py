@@ -27,7 +27,7 @@ def product_from_shared_slices(columns):
         load_rows(weight, weight_slice)
         cuda.syncthreads()
         matmul_rows(weight_slice, first_row(weight.shape[0]), weight.shape[0], x, y, rows,
-                    tile)
+                    tile, cuda.blockIdx.x)
     return product
 
 
@@ -68,7 +68,8 @@ def staged_product(tile_nodes, columns):
     def product(weight, x, y, rows):
         tile = cuda.shared.array((tile_nodes, columns), float64)
         begin, owned = owned_rows(weight.shape[0])
-        multiply_staged(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile)
+        multiply_staged(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile,
+                        1)
     return product
 
 
@@ -94,7 +95,7 @@ def test_a_tile_narrower_than_the_rows_leaves_them_read_directly():
     @cuda.jit
     def product(weight, x, y, rows):
         tile = cuda.shared.array((1, 1), float64)
-        matmul_rows(weight, 0, weight.shape[0], x, y, rows, tile)
+        matmul_rows(weight, 0, weight.shape[0], x, y, rows, tile, 0)
 
     product[2, THREADS](weight, x, y, 40)
     np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12)
@@ -115,9 +116,9 @@ def product_by_units(sliced, columns):
             weight_slice = cuda.shared.array((GATED_ROWS, columns), float64)
             load_unit_rows(weight, UNITS, weight_slice)
             cuda.syncthreads()
-            matmul_units(weight_slice, True, UNITS, weight.shape[0], x, y[block], rows, tile)
+            matmul_units(weight_slice, True, UNITS, weight.shape[0], x, y[block], rows, tile, 3)
         else:
-            matmul_units(weight, False, UNITS, weight.shape[0], x, y[block], rows, tile)
+            matmul_units(weight, False, UNITS, weight.shape[0], x, y[block], rows, tile, 3)
         cuda.syncthreads()
         begin, owned = owned_units(UNITS)
         for item in range(cuda.threadIdx.x, rows * max(owned, 0), cuda.blockDim.x):

@@ -1,6 +1,6 @@
 """The CUDA runtime's matrix product on its own, on a real GPU: each way `runtime.py` has of
-computing a block's weight rows (a warp or a thread per node and four rows, reading the inputs
-directly; a warp staging them through shared memory; the fused kernel's choice of the two),
+computing a block's weight rows (a warp per node and four rows, reading the inputs directly or
+staging them through shared memory; the fused kernel's choice of the two),
 over a grid of one block per multiprocessor as the fused kernel launches it, against cuBLAS
 (through PyTorch) on the same shapes. Checked against NumPy first; timed with CUDA events,
 median of many launches.
@@ -15,29 +15,24 @@ from numba import cuda
 from recjit.codegen_cuda import device, runtime
 
 
-def product_kernel(multiply_rows, threads):
+def product_kernel(multiply, threads, tile_nodes, columns):
     """A launch of `threads` threads a block that computes y = x Wᵀ the way a fused kernel's
-    batch does: each block its own rows of W, read from global memory (L2)."""
-    @cuda.jit(launch_bounds=threads)
-    def product(weight, x, y, rows):
-        begin, owned = runtime.owned_rows(weight.shape[0])
-        multiply_rows(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows)
-    return product
-
-
-def tiled_kernel(multiply, threads, tile_nodes, columns):
-    """The same launch with a shared tile of `tile_nodes` × `columns` to stage x through."""
+    batch does: each block its own rows of W, read from global memory (L2), with a shared
+    tile of `tile_nodes` × `columns` to stage x through."""
     @cuda.jit(launch_bounds=threads)
     def product(weight, x, y, rows):
         tile = cuda.shared.array((tile_nodes, columns), np.float32)
         begin, owned = runtime.owned_rows(weight.shape[0])
-        multiply(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile)
+        multiply(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile, 0)
     return product
 
 
-VARIANTS = {"warp per node": runtime.multiply_rows_by_warps,
-            "thread per node": runtime.multiply_rows_by_threads}
-TILED = {"staged": runtime.multiply_staged, "fused kernel's choice": runtime.multiply}
+def direct(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
+    runtime.multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn)
+
+
+VARIANTS = {"direct": cuda.jit(device=True, inline=True)(direct),
+            "staged": runtime.multiply_staged, "fused kernel's choice": runtime.multiply}
 
 
 def events_ms(launch, repeats):
@@ -92,9 +87,8 @@ def main():
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
     on_device = cuda.to_device(weight)
-    kernels = {name: product_kernel(multiply, args.threads) for name, multiply in VARIANTS.items()}
-    kernels.update({name: tiled_kernel(multiply, args.threads, args.tile_nodes, args.columns)
-                    for name, multiply in TILED.items()})
+    kernels = {name: product_kernel(multiply, args.threads, args.tile_nodes, args.columns)
+               for name, multiply in VARIANTS.items()}
     print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "
           "ms per product (median of CUDA events), GFLOP/s in brackets")
     for nodes in map(int, args.nodes.split(",")):

@@ -76,7 +76,8 @@ class Emitter:
             expression.branch(statement, pad, self.lines,
                               lambda body: self.statements(body, depth + 1, extent))
         elif isinstance(statement, MatMul):
-            self.lines.append(f"{pad}{matmul_call(statement, self.persistent, self.split)}")
+            call = matmul_call(statement, self.persistent, self.split)
+            self.lines.append(f"{pad}turn = {call}")
         elif isinstance(statement, Barrier):
             self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
         elif isinstance(statement, Comment):
@@ -176,9 +177,10 @@ def has_items_per_block(body):
 
 def matmul_call(product, persistent, split):
     """`matmul_rows` (`matmul_units` where the blocks split the units) on the weight itself,
-    or on this block's slice in shared memory, staging its inputs through `TILE`."""
+    or on this block's slice in shared memory, staging its inputs through `TILE`; it returns
+    the warp whose turn it is next (`runtime.multiply`)."""
     weight = product.weight
-    rows = f"{expression.bound(product.rows)}, {TILE}"
+    rows = f"{expression.bound(product.rows)}, {TILE}, turn"
     if product.y in split.arrays:
         units = split.arrays[product.y]
         sliced = weight in persistent
@@ -272,8 +274,10 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile)
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
             "    threads = cuda.gridsize(1)"]
     if tile:
-        body.append(f"    # the products stage the inputs of up to {tile[0]} nodes here")
-        body.append(f"    {TILE} = cuda.shared.array({tile}, real)")
+        body += [f"    # the products stage the inputs of up to {tile[0]} nodes here",
+                 f"    {TILE} = cuda.shared.array({tile}, real)",
+                 "    # the warp that takes the next product's first item",
+                 "    turn = 0"]
     if persistent:
         body.append("    # model persistence: each block keeps its rows of the weights "
                     "multiplied in every batch")

@@ -11,8 +11,8 @@ Each product computes only the owned rows, so a persistent kernel can keep them 
 memory (`load_rows`, `load_unit_rows`) and read them from there in every batch. A block's
 owned rows are its local rows 0, 1, ...; a map (run, stride, first) says which row each
 stands for (`spread`). Inside a block, each warp computes one node's products with four local
-rows at a time (`multiply_rows_by_warps`); in numba's simulator, which has no warp shuffles,
-each thread does.
+rows at a time (`multiply_direct`); in numba's simulator, which has no warp shuffles, each
+thread does.
 
 A product of more nodes than the block's warps take in one turn is *staged* (`multiply`): the
 block copies a tile of the nodes' inputs into shared memory, all threads at once, and its warps
@@ -208,33 +208,32 @@ def thread_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, 
                             columns))
 
 
+# How a block's threads take (node, four rows) items: a warp each, or in numba's simulator,
+# which has no warp shuffles, a thread each.
+products_of_four = thread_products if config.ENABLE_CUDASIM else warp_products
+ITEM_WORKERS = 1 if config.ENABLE_CUDASIM else WARP
+
+
 @cuda.jit(device=True, inline=True)
-def multiply_rows_by_warps(weight, weight_rows, y_rows, held, x, y, rows):
+def first_item(turn):
+    """This thread's worker's first item, and the block's workers: items go round the
+    workers from worker `turn` on."""
+    workers = cuda.blockDim.x // ITEM_WORKERS
+    return (cuda.threadIdx.x // ITEM_WORKERS + workers - turn % workers) % workers, workers
+
+
+@cuda.jit(device=True, inline=True)
+def multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r that this block's `held`
     local rows stand for under the map `y_rows`; `weight` holds them as the map `weight_rows`
-    says (W itself, or this block's slice of it). A warp takes one node s and four local
-    rows at a time (`warp_products`): the loads of a warp are contiguous."""
+    says (W itself, or this block's slice of it). A worker takes one node s and four local
+    rows at a time (`products_of_four`), the first item worker `turn`'s."""
     groups = (held + 3) // 4
-    for item in range(cuda.threadIdx.x // WARP, rows * groups, cuda.blockDim.x // WARP):
+    mine, workers = first_item(turn)
+    for item in range(mine, rows * groups, workers):
         s = item // groups
-        warp_products(weight, weight_rows, y_rows, held, x, s, x.shape[1], y, s,
-                      item % groups * 4)
-
-
-@cuda.jit(device=True, inline=True)
-def multiply_rows_by_threads(weight, weight_rows, y_rows, held, x, y, rows):
-    """The same products, a thread per node and four rows."""
-    groups = (held + 3) // 4
-    for item in range(cuda.threadIdx.x, rows * groups, cuda.blockDim.x):
-        s = item // groups
-        thread_products(weight, weight_rows, y_rows, held, x, s, x.shape[1], y, s,
-                        item % groups * 4)
-
-
-multiply_rows = multiply_rows_by_threads if config.ENABLE_CUDASIM else multiply_rows_by_warps
-products_of_four = thread_products if config.ENABLE_CUDASIM else warp_products
-# How many of a block's threads take (node, four rows) items at once.
-ITEM_WORKERS = 1 if config.ENABLE_CUDASIM else WARP
+        products_of_four(weight, weight_rows, y_rows, held, x, s, x.shape[1], y, s,
+                         item % groups * 4)
 
 
 @cuda.jit(device=True, inline=True)
@@ -247,20 +246,21 @@ def stage_rows(x, first, count, tile):
 
 
 @cuda.jit(device=True, inline=True)
-def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile):
-    """The products of `multiply_rows`, the nodes' inputs staged through `tile` (shared
+def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
+    """The products of `multiply_direct`, the nodes' inputs staged through `tile` (shared
     memory) `tile.shape[0]` nodes at a time. Block b takes the tiles from its b-th on, so
     that the blocks do not all read the same rows at once."""
     capacity = tile.shape[0]
     tiles = (rows + capacity - 1) // capacity
     groups = (held + 3) // 4
-    for turn in range(tiles):
-        first = (turn + cuda.blockIdx.x) % tiles * capacity
+    block = cuda.blockIdx.x
+    mine, workers = first_item(turn)
+    for step in range(tiles):
+        first = (step + block) % tiles * capacity
         count = min(capacity, rows - first)
         stage_rows(x, first, count, tile)
         cuda.syncthreads()
-        for item in range(cuda.threadIdx.x // ITEM_WORKERS, count * groups,
-                          cuda.blockDim.x // ITEM_WORKERS):
+        for item in range(mine, count * groups, workers):
             s = item // groups
             products_of_four(weight, weight_rows, y_rows, held, tile, s, x.shape[1], y,
                              first + s, item % groups * 4)
@@ -268,36 +268,44 @@ def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile):
 
 
 @cuda.jit(device=True, inline=True)
-def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile):
-    """`multiply_rows`, staged through `tile` where the block's items outnumber its workers:
-    a product that each warp finishes in one turn reads its inputs directly, without the
-    block barriers of a stage; so does one whose rows are wider than the tile."""
-    if (rows * ((held + 3) // 4) * ITEM_WORKERS <= cuda.blockDim.x
-            or tile.shape[1] < x.shape[1]):
-        multiply_rows(weight, weight_rows, y_rows, held, x, y, rows)
+def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
+    """`multiply_direct`, staged through `tile` where the block's items outnumber its
+    workers: a product that each worker finishes in one turn reads its inputs directly,
+    without the block barriers of a stage; so does one whose rows are wider than the tile.
+    Returns the worker whose turn comes next: consecutive products with no barrier between
+    them pass it on, so that the workers a product leaves idle start the next one's items
+    at once (TreeLSTM at one node: U_iou's two items and U_f's one run side by side)."""
+    # Read before the calls: numba's simulator points a device function's `cuda` back at the
+    # real module when the first thread leaves one, under the threads still in this frame.
+    workers = cuda.blockDim.x // ITEM_WORKERS
+    items = rows * ((held + 3) // 4)
+    if items <= workers or tile.shape[1] < x.shape[1]:
+        multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn)
     else:
-        multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile)
+        multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn)
+    return (turn + items) % workers
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile):
+def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
     weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
-    itself, or this block's slice of it); `tile`: shared memory to stage x's rows through
-    (`multiply`)."""
+    itself, or this block's slice of it); `tile`: shared memory to stage x's rows through;
+    `turn`: the worker to take the first item (`multiply`, which returns the next)."""
     begin, owned = owned_rows(num_rows)
-    multiply(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
-             x, y, rows, tile)
+    return multiply(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
+                    x, y, rows, tile, turn)
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile):
+def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r of a weight W of
     `num_rows` rows whose unit r mod `units` this block owns; `weight` is W, or (`sliced`)
-    this block's rows of it as `load_unit_rows` left them; `tile` as for `matmul_rows`."""
+    this block's rows of it as `load_unit_rows` left them; `tile` and `turn` as for
+    `matmul_rows`."""
     y_rows, held = unit_rows(units, num_rows)
     weight_rows = (held, 0, 0) if sliced else y_rows
-    multiply(weight, weight_rows, y_rows, held, x, y, rows, tile)
+    return multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn)
 
 
 @cuda.jit(device=True, inline=True)
@@ -305,7 +313,7 @@ def block_matmul(weight, x, y, rows):
     """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and every row r, by this block alone
     (a product of one item of an unrolled batch); the caller synchronizes the block."""
     every_row = (weight.shape[0], 0, 0)
-    multiply_rows(weight, every_row, every_row, weight.shape[0], x, y, rows)
+    multiply_direct(weight, every_row, every_row, weight.shape[0], x, y, rows, 0)
 
 
 @cuda.jit(**BOUNDED)
@@ -313,7 +321,7 @@ def matmul_kernel(weight, x, y, rows):
     """One matrix product as a launch of its own (the unfused schedule): a block per few
     nodes' rows, not a persistent grid, so its inputs are read directly."""
     begin, owned = owned_rows(weight.shape[0])
-    multiply_rows(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows)
+    multiply_direct(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, 0)
 
 
 @cuda.jit(**BOUNDED)

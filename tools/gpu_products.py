@@ -19,7 +19,7 @@ def product_kernel(multiply, threads, tile_nodes, columns):
     """A launch of `threads` threads a block that computes y = x Wᵀ the way a fused kernel's
     batch does: each block its own rows of W, read from global memory (L2), with a shared
     tile of `tile_nodes` × `columns` to stage x through."""
-    @cuda.jit(launch_bounds=threads)
+    @cuda.jit(**({} if device.simulated() else {"launch_bounds": threads}))
     def product(weight, x, y, rows):
         tile = cuda.shared.array((tile_nodes, columns), np.float32)
         begin, owned = runtime.owned_rows(weight.shape[0])

@@ -85,16 +85,16 @@ def test_staged_products_cover_every_node_once_whatever_the_tile(blocks, tile_no
 
 
 def test_a_tile_narrower_than_the_rows_leaves_them_read_directly():
-    """A tile too narrow for x's columns (rows too wide for shared memory) is not used,
-    though the items (40 nodes × 2 groups of rows) outnumber the workers (a simulated
-    block's 64 threads, a real one's 2 warps)."""
+    """A tile of two nodes too narrow for x's columns is not used, though the items (40
+    nodes × 2 groups of rows) outnumber the workers (a simulated block's 64 threads, a real
+    one's 2 warps)."""
     weight, _ = operands(9)
     x = np.random.default_rng(9).normal(size=(40, COLUMNS))
     y = np.full((40, WEIGHT_ROWS), np.nan)
 
     @cuda.jit
     def product(weight, x, y, rows):
-        tile = cuda.shared.array((1, 1), float64)
+        tile = cuda.shared.array((2, 1), float64)
         matmul_rows(weight, 0, weight.shape[0], x, y, rows, tile, 0)
 
     product[2, THREADS](weight, x, y, 40)

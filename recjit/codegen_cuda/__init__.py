@@ -26,6 +26,7 @@ UNFUSED_ITEM_BLOCKS = 4
 # the first (more gain little: a 512-thread block loads 32 rows of 256 floats in 16 loads a
 # thread), at least the second (the weights kept in shared memory leave room for it).
 TILE_NODES = (32, 4)
+# A tile of one node: `runtime.multiply` reads the inputs directly.
 UNUSED_TILE = (1, 1)
 
 
@@ -92,12 +93,10 @@ class CudaKernel:
         most, least = TILE_NODES
         persistent = self.plan_persistence(blocks, device.SHARED_BYTES
                                            - least * columns * itemsize)
-        left = device.SHARED_BYTES - itemsize * sum(rows * width for rows, width
-                                                    in persistent.values())
+        left = device.SHARED_BYTES - _slice_bytes(persistent, itemsize)
         nodes = min(most, left // (columns * itemsize)) if self.stage_products else 0
-        # Staging off, or rows too wide for shared memory: a tile too narrow to use
-        # (`runtime.multiply`).
-        return persistent, (nodes, columns) if nodes else UNUSED_TILE
+        # Staging off, or rows too wide to stage two nodes' on chip.
+        return persistent, (nodes, columns) if nodes > 1 else UNUSED_TILE
 
     def _product_columns(self, product):
         """The columns of x a product multiplies: its block of the weight's columns."""
@@ -117,8 +116,7 @@ class CudaKernel:
             units = self.split.weights.get(weight)
             slices[weight] = ((rows // units * -(-units // blocks) if units
                                else -(-rows // blocks)), columns)
-        total = sum(rows * columns for rows, columns in slices.values()) * itemsize
-        return slices if total <= budget else {}
+        return slices if _slice_bytes(slices, itemsize) <= budget else {}
 
     def describe(self):
         """What `explain()` says of the launch."""
@@ -261,6 +259,11 @@ class CudaKernel:
                   for array in self.scratch}
         return self.buffers.scratch(shapes, {array.name: array.per_block
                                              for array in self.scratch}, dtype)
+
+
+def _slice_bytes(slices, itemsize):
+    """The bytes of shared memory that weight slices {weight: (rows, columns)} take."""
+    return itemsize * sum(rows * columns for rows, columns in slices.values())
 
 
 def _count(number, noun):

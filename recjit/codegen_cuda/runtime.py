@@ -18,7 +18,7 @@ A product of more nodes than the block's warps take in one turn is *staged* (`mu
 block copies a tile of the nodes' inputs into shared memory, all threads at once, and its warps
 multiply from there. Read directly, every warp waits on L2 for its node's inputs, one node
 after another, and every block asks for the same rows at the same time; an H100 ran such a
-product of 1024 nodes at a tenth of cuBLAS's rate (tools/gpu_products.py). Each block starts
+product of 1024 nodes at a ninth of cuBLAS's rate (tools/gpu_products.py). Each block starts
 at a tile of its own, so that the grid's reads spread over the rows."""
 from numba import cuda
 from numba.core import config
@@ -271,7 +271,8 @@ def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
 def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     """`multiply_direct`, staged through `tile` where the block's items outnumber its
     workers: a product that each worker finishes in one turn reads its inputs directly,
-    without the block barriers of a stage; so does one whose rows are wider than the tile.
+    without the block barriers of a stage; so does one whose tile is unused (one node, which
+    a stage would only slow, or narrower than the rows).
     Returns the worker whose turn comes next: consecutive products with no barrier between
     them pass it on, so that the workers a product leaves idle start the next one's items
     at once (TreeLSTM at one node: U_iou's two items and U_f's one run side by side)."""
@@ -279,7 +280,7 @@ def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     # real module when the first thread leaves one, under the threads still in this frame.
     workers = cuda.blockDim.x // ITEM_WORKERS
     items = rows * ((held + 3) // 4)
-    if items <= workers or tile.shape[1] < x.shape[1]:
+    if items <= workers or tile.shape[0] < 2 or tile.shape[1] < x.shape[1]:
         multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn)
     else:
         multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn)

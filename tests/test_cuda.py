@@ -302,6 +302,35 @@ def test_forest_arrays_of_several_dtypes_and_odd_sizes_go_up_in_one_buffer_intac
         np.testing.assert_array_equal(on_host[:len(values)], values)
 
 
+def test_a_generated_host_function_sizes_the_scratch_to_bucketed_rows():
+    from recjit.codegen_cuda.buffers import bucket
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    kernel = tree_lstm.compile(caterpillar(4, VOCAB), p, "cuda").backend_kernel
+    assert "def scratch_shapes(" in kernel.source
+    sizes = dict.fromkeys(kernel.kernel.scalars, 1)
+    sizes.update(num_nodes=40, num_distinct_leaves=3)
+    shapes = kernel.scratch_shapes(**sizes, blocks=2)
+    assert len(shapes) == len(kernel.scratch)
+    assert (bucket(40), 3 * HIDDEN) in shapes and (bucket(3), HIDDEN) in shapes
+
+
+def test_a_smaller_forest_goes_up_in_an_upload_kept_for_a_larger_one():
+    from recjit.codegen_cuda.buffers import SMALLEST_BUCKET, DeviceBuffers
+    buffers = DeviceBuffers()
+
+    def forest(nodes):
+        return {"child_ptr": np.arange(nodes + 1, dtype=np.int64),
+                "field_x": np.linspace(-1, 1, 2 * nodes).reshape(nodes, 2)}
+
+    larger = buffers.forest(forest(3 * SMALLEST_BUCKET))
+    smaller = forest(SMALLEST_BUCKET // 2)
+    views = buffers.forest(smaller)
+    assert views is larger
+    for name, values in smaller.items():
+        np.testing.assert_array_equal(views[name].copy_to_host()[:len(values)], values)
+    assert buffers.forest(forest(5 * SMALLEST_BUCKET)) is not larger  # too many rows
+
+
 def test_states_of_different_widths_come_back_from_one_buffer_intact():
     """Nodes' rows and roots' rows each in one copy, whatever the widths and padding."""
     from recjit.codegen_cuda.buffers import DeviceBuffers

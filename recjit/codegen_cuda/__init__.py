@@ -6,9 +6,9 @@ import numpy as np
 
 from ..generated import load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
-from ..lowering.ilir import BinOp, Const, Let, Load, MatMul, Var, walk
+from ..lowering.ilir import MatMul, walk
 from ..result import Result, rows_in_order
-from . import device, runtime
+from . import buffers, device, runtime
 from .buffers import DeviceBuffers
 from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
                    scratch_arrays)
@@ -45,9 +45,6 @@ class CudaKernel:
         self.weight_shapes = weight_shapes
         self.threads = schedule.threads or device.threads_per_block()
         self.scratch = scratch_arrays(kernel)
-        # The kernel's scalars computed from its arguments, which size the scratch.
-        self.scalar_lets = [statement for statement in kernel.body
-                            if isinstance(statement, Let) and not isinstance(statement.value, Load)]
         self.parameter_attributes = kernel_parameters(kernel)
         self.split = (split_units(self.kernel, weight_shapes) if self.fusion and schedule.split_units
                       else NO_SPLIT)
@@ -75,8 +72,10 @@ class CudaKernel:
             self.persistent, self.tile = {}, None
             self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header,
                                                          device.launch_bound(self.threads))
-        module = load_module(self.source, f"{self.kernel.name}_cuda", (runtime.__file__,))
+        module = load_module(self.source, f"{self.kernel.name}_cuda",
+                             (runtime.__file__, buffers.__file__))
         self.function = getattr(module, self.kernel.name)
+        self.scratch_shapes = module.scratch_shapes
         self.cooperative_launch = None
 
     def plan_shared_memory(self, blocks):
@@ -170,8 +169,11 @@ class CudaKernel:
                                      self.kernel.states, dtype)
         arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, dtype),
                   **states.arrays, **states.root_arrays}
-        arguments = self.arguments(scalars, arrays, self.scratch_for(scalars, dtype))
-        return arguments + [forest_arrays[name] for name in self.host_arrays], states
+        scalar_values = [scalars[name] for name in self.kernel.scalars]
+        scratch = self.buffers.scratch(self.scratch_shapes(*scalar_values, self.item_blocks),
+                                       dtype)
+        return (scalar_values + [arrays[name] for name in self.kernel.arrays] + scratch
+                + [forest_arrays[name] for name in self.host_arrays]), states
 
     def launch_all(self, arguments):
         """The fused kernel's one launch, or the unfused schedule's launches."""
@@ -194,12 +196,6 @@ class CudaKernel:
                     self.kept_parameters[name] = kept
             arrays[name] = kept[1]
         return arrays
-
-    def arguments(self, scalars, arrays, scratch):
-        """The kernel's arguments in the order of its signature."""
-        return ([scalars[name] for name in self.kernel.scalars]
-                + [arrays[name] for name in self.kernel.arrays]
-                + [scratch[array.name] for array in self.scratch])
 
     def result(self, states, shapes, linearized, device_output):
         """The roots' states, which the kernel gathered, copied back; the nodes' states (their
@@ -249,17 +245,6 @@ class CudaKernel:
             # `items` may be a NumPy integer, which numba-cuda refuses as a grid size.
             kernel[int(blocks), self.threads](*arguments)
 
-    def scratch_for(self, scalars, dtype):
-        """The scratch arrays for these sizes, kept for later runs of sizes in their buckets."""
-        environment = dict(scalars)
-        for statement in self.scalar_lets:
-            environment[statement.name] = _evaluate(statement.value, environment)
-        shapes = {array.name: (self.item_blocks,) * array.per_block
-                  + tuple(max(int(_evaluate(extent, environment)), 1) for extent in array.shape)
-                  for array in self.scratch}
-        return self.buffers.scratch(shapes, {array.name: array.per_block
-                                             for array in self.scratch}, dtype)
-
 
 def _slice_bytes(slices, itemsize):
     """The bytes of shared memory that weight slices {weight: (rows, columns)} take."""
@@ -269,15 +254,4 @@ def _slice_bytes(slices, itemsize):
 def _count(number, noun):
     return f"{number} {noun}" + ("" if number == 1 else "s")
 
-
-def _evaluate(node, environment):
-    """A scalar ILIR expression on the host."""
-    if isinstance(node, Const):
-        return node.value
-    if isinstance(node, Var):
-        return environment[node.name]
-    if isinstance(node, BinOp):
-        left, right = _evaluate(node.left, environment), _evaluate(node.right, environment)
-        return {"+": left + right, "-": left - right, "*": left * right}[node.operator]
-    raise TypeError(node)
 

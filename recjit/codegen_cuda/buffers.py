@@ -60,9 +60,15 @@ class _Upload:
         self.on_device = device.device_array(total, np.uint8)
         self.staged, self.views = {}, {}
         self.queued = False  # whether the device may not have copied the staging buffer yet
+        self.capacity = tuple(shape[0] for _, _, shape in layout)
         for (name, dtype, shape), (begin, end) in zip(layout, spans):
             self.staged[name] = self.staging[begin:end].view(dtype)
             self.views[name] = self.on_device[begin:end].view(dtype).reshape(shape)
+
+    def holds(self, arrays):
+        """Whether each of `arrays` has no more rows than its view: a kernel's forest arrays
+        have the same names, dtypes and other dimensions in every run."""
+        return all(len(values) <= rows for values, rows in zip(arrays.values(), self.capacity))
 
     def copy(self, arrays):
         """Queue the copy of `arrays` to the device; their views there. The staging buffer
@@ -150,10 +156,14 @@ class DeviceBuffers:
         self._scratch = _Kept()
 
     def forest(self, arrays):
-        """Device views of the forest's arrays {name: array}, filled from them."""
-        layout = tuple((name, values.dtype.str, _bucketed(values.shape))
-                       for name, values in arrays.items())
-        return self._uploads.get_or_make(layout, lambda: _Upload(layout)).copy(arrays)
+        """Device views of the forest's arrays {name: array}, filled from them: in a kept
+        upload that holds them, else in a new one of their bucketed sizes."""
+        upload = next((kept for kept in self._uploads.values() if kept.holds(arrays)), None)
+        if upload is None:
+            layout = tuple((name, values.dtype.str, _bucketed(values.shape))
+                           for name, values in arrays.items())
+            upload = self._uploads.get_or_make(layout, lambda: _Upload(layout))
+        return upload.copy(arrays)
 
     def copied(self):
         """The device has run every upload queued so far (the caller has waited for it)."""
@@ -179,13 +189,10 @@ class DeviceBuffers:
         pair.append(free)  # the least recently used first
         return free
 
-    def scratch(self, shapes, leading, dtype):
-        """{name: device array} for {name: shape}: the first `leading[name]` dimensions as
-        they are (one per block), the next one bucketed, the rest as they are."""
-        bucketed = tuple((name, shape[:leading[name]] + _bucketed(shape[leading[name]:]))
-                         for name, shape in shapes.items())
-        return self._scratch.get_or_make((bucketed, dtype), lambda: {
-            name: device.device_array(shape, dtype) for name, shape in bucketed})
+    def scratch(self, shapes, dtype):
+        """A device array for each of `shapes` (bucketed already: `emit_scratch_shapes`)."""
+        return self._scratch.get_or_make((shapes, dtype), lambda: [
+            device.device_array(shape, dtype) for shape in shapes])
 
 
 def _bucketed(shape):

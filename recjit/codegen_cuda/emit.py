@@ -227,6 +227,32 @@ def scratch_arrays(kernel):
     return found
 
 
+def emit_scratch_shapes(kernel, scratch):
+    """The host function `scratch_shapes(<the kernel's scalars>, blocks)`: the shape of each
+    scratch array for one forest's sizes, in the order of `scratch`, its first extent after
+    the block dimension (a block's own scratch has one, `blocks` long) bucketed, so that
+    forests of nearby sizes share the arrays (`buffers.bucket`). Generated once, so that a
+    run computes the shapes in one call, not by walking the ILIR."""
+    host = PythonExpressions(CALLS)
+
+    def extent(node):
+        return str(max(node.value, 1)) if isinstance(node, Const) else f"max({host.bound(node)}, 1)"
+
+    lines = [f"def scratch_shapes({', '.join(kernel.scalars + ('blocks',))}):",
+             '    """The scratch arrays\' shapes for these sizes."""']
+    lines += [f"    {statement.name} = {host.bound(statement.value)}" for statement in kernel.body
+              if isinstance(statement, Let) and not isinstance(statement.value, Load)]
+    lines.append("    return (")
+    for array in scratch:
+        first, *rest = array.shape
+        extents = ["blocks"] * array.per_block + [f"bucket({host.bound(first)})"]
+        extents += [extent(node) for node in rest]
+        lines.append(f"        ({', '.join(extents)}{',' if len(extents) == 1 else ''}),"
+                     f"  # {array.argument}")
+    lines.append("    )")
+    return lines
+
+
 def batch_weights(kernel):
     """The weights multiplied inside the batch loop (the kernel's sequential top-level loop):
     read in every batch, worth keeping on chip."""
@@ -249,9 +275,11 @@ def _module_header(kernel, header, runtime_names):
     """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
     if has_items_per_block(kernel.body):
         runtime_names = ["block_matmul", *runtime_names]
+    imports = [f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}"]
+    if scratch_arrays(kernel):
+        imports.insert(0, "from recjit.codegen_cuda.buffers import bucket")
     return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",
-            "", f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}", "",
-            f"real = np.{kernel.dtype}", MATH, ""]
+            "", *imports, "", f"real = np.{kernel.dtype}", MATH, ""]
 
 
 def _jit(fast_math, launch_bound):
@@ -292,7 +320,7 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile)
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]
     return "\n".join(_module_header(kernel, header, called) + [
         _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):"]
-        + body) + "\n"
+        + body + ["", ""] + emit_scratch_shapes(kernel, scratch_arrays(kernel))) + "\n"
 
 
 def free_names(statement):
@@ -412,5 +440,6 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     lines = _module_header(kernel, header, ["matmul_kernel"])
     for kernel_lines in kernels:
         lines += kernel_lines + ["", ""]
-    lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines
+    lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines + ["", ""]
+    lines += emit_scratch_shapes(kernel, scratch_arrays(kernel))
     return "\n".join(lines) + "\n", tuple(host_arrays)

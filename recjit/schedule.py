@@ -40,6 +40,11 @@ class Schedule:
       once stages their inputs through shared memory, a tile of nodes at a time, instead of
       each warp reading its node's from global memory (`runtime.multiply`); `False`: every
       product reads them directly (the ablation baseline).
+    - `row_groups` (CUDA, fused): the products of a weight (not split by units) with rows
+      for at most half the blocks at four a block are split over the grid in groups of four
+      rows, each group's nodes in ranges over the blocks that share it
+      (`runtime.matmul_row_groups`; MV-RNN); `False`: each block owns an even share of the
+      rows, fewer than four, and multiplies every node's inputs (the ablation baseline).
     - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
       CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
       down, one after another, so a batch covers `unroll` heights with no grid barrier
@@ -68,6 +73,7 @@ class Schedule:
     persistence: bool = True
     split_units: bool = True
     stage_products: bool = True
+    row_groups: bool = True
     unroll: int = 1
     refactor: bool = None
     fast_math: bool = True

@@ -106,16 +106,17 @@ def test_dag_rnn_on_several_blocks_equals_reference():
 
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
-       split_units=st.booleans(), unroll=st.integers(1, 3),
+       split_units=st.booleans(), row_groups=st.booleans(), unroll=st.integers(1, 3),
        refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
        seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
-                                                           split_units, unroll, refactor,
-                                                           specialize, data, seed):
+                                                           split_units, row_groups, unroll,
+                                                           refactor, specialize, data, seed):
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
-    schedule = rj.Schedule(persistence=persistence, split_units=split_units, unroll=unroll,
-                           refactor=refactor, specialize=specialize)
+    schedule = rj.Schedule(persistence=persistence, split_units=split_units,
+                           row_groups=row_groups, unroll=unroll, refactor=refactor,
+                           specialize=specialize)
     check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
           schedule, lag=LAG)
 
@@ -140,6 +141,31 @@ def test_products_staged_in_several_tiles_on_several_blocks_equal_reference(warp
         kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.tile[0] == 32 and "x_tile" in kernel.source
     check(3, tree_fc, forest, p, schedule, warps=warps, lag=LAG)
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_products_split_in_row_groups_on_several_blocks_equal_reference(warps):
+    """MV-RNN's 8-row weights on 5 blocks: two groups of four rows, each group's nodes in two
+    ranges, the fifth block idle; W_M multiplies 8 inputs a node, which a warp a block stages
+    through the tile. The weights are read from global memory, not kept in shared memory."""
+    p = mv_rnn_params(8, VOCAB, "float64", 6)
+    forest, _ = STRUCTURES["binary"]
+    with grid_of(5, mv_rnn):
+        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        assert kernel.row_groups == {"p_W", "p_W_M"}
+        assert "matmul_row_groups(p_W_M, " in kernel.source and "shared_p_W" not in kernel.source
+        assert "groups of four rows" in kernel.describe()
+    check(5, mv_rnn, forest, p, warps=warps, lag=LAG)
+
+
+def test_too_few_blocks_for_two_ranges_a_group_split_the_rows_evenly():
+    """8 rows in two groups need 4 blocks for two ranges of nodes each; 3 split them evenly."""
+    p = mv_rnn_params(8, VOCAB, "float64", 7)
+    forest, _ = STRUCTURES["binary"]
+    with grid_of(3, mv_rnn):
+        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        assert not kernel.row_groups and "matmul_rows(" in kernel.source
+    check(3, mv_rnn, forest, p)
 
 
 # Models whose batches have a block barrier: (model, its parameters, its structure).

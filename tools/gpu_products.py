@@ -1,9 +1,10 @@
 """The CUDA runtime's matrix product on its own, on a real GPU: each way `runtime.py` has of
 computing a block's weight rows (a warp per node and four rows, reading the inputs directly or
-staging them through shared memory; the fused kernel's choice of the two),
-over a grid of one block per multiprocessor as the fused kernel launches it, against cuBLAS
-(through PyTorch) on the same shapes. Checked against NumPy first; timed with CUDA events,
-median of many launches.
+staging them through shared memory; the fused kernel's choice of the two; and for weights of
+few rows, groups of four rows whose nodes the blocks share: MV-RNN's 64 × 128 at
+`--rows 64 --columns 128`), over a grid of one block per multiprocessor as the fused kernel
+launches it, against cuBLAS (through PyTorch) on the same shapes. Checked against NumPy first;
+timed with CUDA events, median of many launches.
 
     python tools/gpu_products.py [--rows 768] [--columns 256] [--nodes 1,4,16,64,256,1024]
                                  [--tile-nodes 32]"""
@@ -15,24 +16,41 @@ from numba import cuda
 from recjit.codegen_cuda import device, runtime
 
 
-def product_kernel(multiply, threads, tile_nodes, columns):
+def product_kernel(block_product, threads, tile_nodes, columns):
     """A launch of `threads` threads a block that computes y = x Wᵀ the way a fused kernel's
-    batch does: each block its own rows of W, read from global memory (L2), with a shared
-    tile of `tile_nodes` × `columns` to stage x through."""
+    batch does, each block its share (`block_product`), the weight read from global memory
+    (L2), with a shared tile of `tile_nodes` × `columns` to stage x through."""
     @cuda.jit(**({} if device.simulated() else {"launch_bounds": threads}))
     def product(weight, x, y, rows):
         tile = cuda.shared.array((tile_nodes, columns), np.float32)
+        block_product(weight, x, y, rows, tile)
+    return product
+
+
+def owning_rows(multiply):
+    """A block's share as `matmul_rows` splits it, its own rows of W for every node, computed
+    by `multiply` (`runtime.multiply` or one of its two ways)."""
+    @cuda.jit(device=True, inline=True)
+    def block_product(weight, x, y, rows, tile):
         begin, owned = runtime.owned_rows(weight.shape[0])
         multiply(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile, 0)
-    return product
+    return block_product
 
 
 def direct(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     runtime.multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn)
 
 
-VARIANTS = {"direct": cuda.jit(device=True, inline=True)(direct),
-            "staged": runtime.multiply_staged, "fused kernel's choice": runtime.multiply}
+@cuda.jit(device=True, inline=True)
+def in_row_groups(weight, x, y, rows, tile):
+    runtime.matmul_row_groups(weight, weight.shape[0], x, y, rows, tile, 0)
+
+
+VARIANTS = {"direct": owning_rows(cuda.jit(device=True, inline=True)(direct)),
+            "staged": owning_rows(runtime.multiply_staged),
+            "fused kernel's choice": owning_rows(runtime.multiply)}
+# Only for weights whose groups of four rows number at most half the blocks (`plan_row_groups`).
+ROW_GROUPS = {"row groups": in_row_groups}
 
 
 def events_ms(launch, repeats):
@@ -87,8 +105,9 @@ def main():
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
     on_device = cuda.to_device(weight)
-    kernels = {name: product_kernel(multiply, args.threads, args.tile_nodes, args.columns)
-               for name, multiply in VARIANTS.items()}
+    variants = {**VARIANTS, **(ROW_GROUPS if 2 * -(-args.rows // 4) <= blocks else {})}
+    kernels = {name: product_kernel(block_product, args.threads, args.tile_nodes, args.columns)
+               for name, block_product in variants.items()}
     print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "
           "ms per product (median of CUDA events), GFLOP/s in brackets")
     for nodes in map(int, args.nodes.split(",")):

@@ -9,7 +9,7 @@
 # cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
-# shared memory, ~60 s: limit 150 s;
+# shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
 # levels, us a batch with units split over blocks and without, LEVELS_ARGS to gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_refactor.py).
@@ -63,7 +63,8 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             for threads in 256 512; do
                 python3 tools/gpu_products.py --threads $threads --rows 256 --columns 512 \
                     --nodes 1,10,40,160,640 --tile-nodes 20
-            done' ;;
+            done
+            python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_lstm,tree_gru --depths 1,8,32,64 --variants default,unsplit} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_refactor.py \

@@ -43,10 +43,11 @@ class Emitter:
     """Source lines for the statements of one device function; `split`: the hidden units the
     fused kernel's blocks split (a `units.UnitSplit`, empty where they split none)."""
 
-    def __init__(self, persistent=(), split=NO_SPLIT):
+    def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset()):
         self.lines = []
         self.persistent = persistent
         self.split = split
+        self.row_groups = row_groups
 
     def statements(self, body, depth, extent=None):
         for index, statement in enumerate(body):
@@ -76,7 +77,7 @@ class Emitter:
             expression.branch(statement, pad, self.lines,
                               lambda body: self.statements(body, depth + 1, extent))
         elif isinstance(statement, MatMul):
-            call = matmul_call(statement, self.persistent, self.split)
+            call = matmul_call(statement, self.persistent, self.split, self.row_groups)
             self.lines.append(f"{pad}turn = {call}")
         elif isinstance(statement, Barrier):
             self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
@@ -175,12 +176,16 @@ def has_items_per_block(body):
                for statement in body)
 
 
-def matmul_call(product, persistent, split):
-    """`matmul_rows` (`matmul_units` where the blocks split the units) on the weight itself,
-    or on this block's slice in shared memory, staging its inputs through `TILE`; it returns
-    the warp whose turn it is next (`runtime.multiply`)."""
+def matmul_call(product, persistent, split, row_groups):
+    """`matmul_rows` (`matmul_units` where the blocks split the units, `matmul_row_groups`
+    for a weight of `row_groups`) on the weight itself, or on this block's slice in shared
+    memory, staging its inputs through `TILE`; it returns the warp whose turn it is next
+    (`runtime.multiply`)."""
     weight = product.weight
     rows = f"{expression.bound(product.rows)}, {TILE}, turn"
+    if weight in row_groups and product.y not in split.arrays:
+        operand, x, y = expression.matmul_operands(product)
+        return f"matmul_row_groups({operand}, {weight}.shape[0], {x}, {y}, {rows})"
     if product.y in split.arrays:
         units = split.arrays[product.y]
         sliced = weight in persistent
@@ -287,16 +292,18 @@ def _jit(fast_math, launch_bound):
     return f"@cuda.jit(fastmath={fast_math}, cache=True{bound})"
 
 
-RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows", "matmul_units",
-                 "owned_units")
+RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows",
+                 "matmul_row_groups", "matmul_units", "owned_units")
 
 
-def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile):
+def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
+               row_groups=frozenset()):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
     shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
     (None: no bound); `split`: the units the blocks split (`units.UnitSplit`); `tile`: the
     shape (nodes, columns) of the shared array the products stage inputs through, None where
-    the kernel multiplies nothing."""
+    the kernel multiplies nothing; `row_groups`: the weights whose products the grid splits
+    in groups of rows and of nodes (`runtime.matmul_row_groups`)."""
     arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
                                                        scratch_arrays(kernel))
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
@@ -314,7 +321,7 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile)
             body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
                         if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
         body.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent, split)
+    emitter = Emitter(persistent, split, row_groups)
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]

@@ -1,12 +1,14 @@
 """Device functions that generated CUDA kernels call.
 
-A weight's rows are split over the grid's blocks, for the whole launch, in one of two ways:
+A weight's rows are split over the grid's blocks, for the whole launch, in one of three ways:
 - by rows: block b owns rows [b·n, (b+1)·n) with n = ⌈rows / blocks⌉ (`matmul_rows`);
 - by units: the hidden units (the element index e of a state) are split so, and block b owns
   every row r whose unit r mod units it owns (`matmul_units`): rows e, e + units, e + 2·units
   of a gated weight, the rows a node's elementwise ops at e read. A block that computes the
   elementwise ops of its own units then reads only products it computed itself, and needs no
-  grid barrier between the two (`codegen_cuda/units.py`).
+  grid barrier between the two (`codegen_cuda/units.py`);
+- in groups, for a weight of fewer rows than four a block: four rows a group, and each
+  group's nodes in ranges over the blocks that share it (`matmul_row_groups`).
 Each product computes only the owned rows, so a persistent kernel can keep them in shared
 memory (`load_rows`, `load_unit_rows`) and read them from there in every batch. A block's
 owned rows are its local rows 0, 1, ...; a map (run, stride, first) says which row each
@@ -296,6 +298,36 @@ def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
     begin, owned = owned_rows(num_rows)
     return multiply(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
                     x, y, rows, tile, turn)
+
+
+@cuda.jit(device=True, inline=True)
+def row_group(num_rows, rows):
+    """(first row, rows, first node, nodes) of this block's share of a product that the grid
+    splits in groups: the weight's rows four to a group (a worker's item), and each group's
+    nodes in ranges over the blocks that share it. Blocks past the last group's last range
+    get no nodes. Needs twice as many blocks as groups, at least (the caller's rule)."""
+    groups = (num_rows + 3) // 4
+    ranges = cuda.gridDim.x // groups
+    group, node_range = cuda.blockIdx.x % groups, cuda.blockIdx.x // groups
+    nodes_a_range = (rows + ranges - 1) // ranges
+    first_node = node_range * nodes_a_range
+    return (4 * group, min(4, num_rows - 4 * group), first_node,
+            max(0, min(nodes_a_range, rows - first_node)))
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_row_groups(weight, num_rows, x, y, rows, tile, turn):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for this block's rows r and nodes s (`row_group`) of a
+    weight with fewer rows than four a block: split by blocks alone, each block would hold
+    fewer rows than a worker's four-row item (computing some twice) and read every node's
+    inputs; split so, it holds four and reads its range of nodes. `weight` is W itself;
+    `tile` and `turn` as for `matmul_rows`."""
+    first_row, held, first_node, nodes = row_group(num_rows, rows)
+    if nodes == 0:
+        return turn
+    owned = (held, 0, first_row)
+    return multiply(weight, owned, owned, held, x[first_node:], y[first_node:], nodes, tile,
+                    turn)
 
 
 @cuda.jit(device=True, inline=True)

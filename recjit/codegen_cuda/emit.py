@@ -183,7 +183,7 @@ def matmul_call(product, persistent, split, row_groups):
     (`runtime.multiply`)."""
     weight = product.weight
     rows = f"{expression.bound(product.rows)}, {TILE}, turn"
-    if weight in row_groups and product.y not in split.arrays:
+    if weight in row_groups:
         operand, x, y = expression.matmul_operands(product)
         return f"matmul_row_groups({operand}, {weight}.shape[0], {x}, {y}, {rows})"
     if product.y in split.arrays:
@@ -241,7 +241,9 @@ def emit_scratch_shapes(kernel, scratch):
     host = PythonExpressions(CALLS)
 
     def extent(node):
-        return str(max(node.value, 1)) if isinstance(node, Const) else f"max({host.bound(node)}, 1)"
+        if isinstance(node, Const):
+            return str(max(node.value, 1))
+        return f"max({host.bound(node)}, 1)"
 
     lines = [f"def scratch_shapes({', '.join(kernel.scalars + ('blocks',))}):",
              '    """The scratch arrays\' shapes for these sizes."""']

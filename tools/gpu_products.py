@@ -49,7 +49,7 @@ def in_row_groups(weight, x, y, rows, tile):
 VARIANTS = {"direct": owning_rows(cuda.jit(device=True, inline=True)(direct)),
             "staged": owning_rows(runtime.multiply_staged),
             "fused kernel's choice": owning_rows(runtime.multiply)}
-# Only for weights whose groups of four rows number at most half the blocks (`plan_row_groups`).
+# Only for weights whose rows fit the rule (`runtime.fits_row_groups`).
 ROW_GROUPS = {"row groups": in_row_groups}
 
 
@@ -105,7 +105,8 @@ def main():
     rng = np.random.default_rng(0)
     weight = rng.normal(size=(args.rows, args.columns)).astype(np.float32)
     on_device = cuda.to_device(weight)
-    variants = {**VARIANTS, **(ROW_GROUPS if 2 * -(-args.rows // 4) <= blocks else {})}
+    variants = {**VARIANTS,
+                **(ROW_GROUPS if runtime.fits_row_groups(args.rows, blocks) else {})}
     kernels = {name: product_kernel(block_product, args.threads, args.tile_nodes, args.columns)
                for name, block_product in variants.items()}
     print(f"W {args.rows}×{args.columns} float32 over {blocks} blocks × {args.threads} threads; "

@@ -22,14 +22,18 @@ sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench
 
 
-def profile(name, hidden, batch, trees, runs, schedule):
+def bench_case(name, hidden, batch, trees):
+    """(the model, the bench's first forest of `batch` trees for it, float32 parameters on the
+    device covering the forest's words)."""
     benchmark = next(b for b in bench.ZOO if b.name == name)
-    forests = bench.batches(benchmark, trees, batch, 1, hidden)
+    forest = bench.batches(benchmark, trees, batch, 1, hidden)[0]
     module = importlib.import_module(name)
-    model = getattr(module, name)
-    vocab = int(forests[0].fields["word"].max()) + 1 if "word" in forests[0].fields else 1
-    p = module.make_params(hidden, vocab, "float32").to_device()
-    forest = forests[0]
+    vocab = int(forest.fields["word"].max()) + 1 if "word" in forest.fields else 1
+    return getattr(module, name), forest, module.make_params(hidden, vocab, "float32").to_device()
+
+
+def profile(name, hidden, batch, trees, runs, schedule):
+    model, forest, p = bench_case(name, hidden, batch, trees)
     model.run(forest, p, backend="cuda", schedule=schedule)
     compiled = model.compile(forest, p, backend="cuda", schedule=schedule)
     linearized = model.linearize(forest)

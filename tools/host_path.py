@@ -10,7 +10,6 @@ device arrays are not numba-cuda's, so reads of their attributes cost differentl
 Prints the 5th percentile and the median of a run in microseconds: on a shared, noisy machine
 the 5th percentile is the steadier of the two; compare changes in alternating processes."""
 import argparse
-import importlib
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench
+from gpu_profile import bench_case
 
 from recjit.codegen_cuda import CudaKernel, device
 
@@ -33,13 +33,8 @@ def stub_the_device():
 
 def host_microseconds(name, batch, trees, runs):
     """(5th percentile, median) of a run's host work at the model's small hidden size."""
-    benchmark = next(b for b in bench.ZOO if b.name == name)
-    hidden = benchmark.hidden[0]
-    forest = bench.batches(benchmark, trees, batch, 1, hidden)[0]
-    module = importlib.import_module(name)
-    model = getattr(module, name)
-    vocab = int(forest.fields["word"].max()) + 1 if "word" in forest.fields else 1
-    p = module.make_params(hidden, vocab, "float32").to_device()
+    hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
+    model, forest, p = bench_case(name, hidden, batch, trees)
     model.run(forest, p, backend="cuda")
     for _ in range(runs // 10):
         model.run(forest, p, backend="cuda")

@@ -93,7 +93,7 @@ class CudaKernel:
             product.weight for product in walk(self.kernel.body)
             if isinstance(product, MatMul) and product.parallel
             and product.weight not in self.split.weights
-            and 2 * -(-self.weight_shapes[product.weight][0] // 4) <= blocks)
+            and runtime.fits_row_groups(self.weight_shapes[product.weight][0], blocks))
 
     def plan_shared_memory(self, blocks):
         """(each block's slice of the weights multiplied in every batch, kept in shared
@@ -120,6 +120,11 @@ class CudaKernel:
             return product.columns[1] - product.columns[0]
         return self.weight_shapes[product.weight][1]
 
+    def weights_to_keep(self):
+        """The weights multiplied in every batch whose rows a block could keep on chip: all
+        but those the products split in row groups."""
+        return [weight for weight in batch_weights(self.kernel) if weight not in self.row_groups]
+
     def plan_persistence(self, blocks, budget):
         """{weight: (rows, columns)}, a block's slice of each weight multiplied in every
         batch, if all of them fit in `budget` bytes; else none."""
@@ -127,9 +132,7 @@ class CudaKernel:
             return {}
         itemsize = np.dtype(self.kernel.dtype).itemsize
         slices = {}
-        for weight in batch_weights(self.kernel):
-            if weight in self.row_groups:
-                continue
+        for weight in self.weights_to_keep():
             rows, columns = self.weight_shapes[weight]
             units = self.split.weights.get(weight)
             slices[weight] = ((rows // units * -(-units // blocks) if units
@@ -165,8 +168,7 @@ class CudaKernel:
         if self.persistent:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in self.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"
-        weights = [weight for weight in batch_weights(self.kernel)
-                   if weight not in self.row_groups]
+        weights = self.weights_to_keep()
         if weights and not self.persistence:
             return text + (f"; model persistence off (Schedule(persistence=False)): "
                            f"{', '.join(weights)} read through L2 in every batch")

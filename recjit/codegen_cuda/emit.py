@@ -238,21 +238,20 @@ def emit_scratch_shapes(kernel, scratch):
     the block dimension (a block's own scratch has one, `blocks` long) bucketed, so that
     forests of nearby sizes share the arrays (`buffers.bucket`). Generated once, so that a
     run computes the shapes in one call, not by walking the ILIR."""
-    host = PythonExpressions(CALLS)
-
     def extent(node):
         if isinstance(node, Const):
             return str(max(node.value, 1))
-        return f"max({host.bound(node)}, 1)"
+        return f"max({expression.bound(node)}, 1)"
 
     lines = [f"def scratch_shapes({', '.join(kernel.scalars + ('blocks',))}):",
              '    """The scratch arrays\' shapes for these sizes."""']
-    lines += [f"    {statement.name} = {host.bound(statement.value)}" for statement in kernel.body
+    lines += [f"    {statement.name} = {expression.bound(statement.value)}"
+              for statement in kernel.body
               if isinstance(statement, Let) and not isinstance(statement.value, Load)]
     lines.append("    return (")
     for array in scratch:
         first, *rest = array.shape
-        extents = ["blocks"] * array.per_block + [f"bucket({host.bound(first)})"]
+        extents = ["blocks"] * array.per_block + [f"bucket({expression.bound(first)})"]
         extents += [extent(node) for node in rest]
         lines.append(f"        ({', '.join(extents)}{',' if len(extents) == 1 else ''}),"
                      f"  # {array.argument}")
@@ -306,8 +305,8 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
     shape (nodes, columns) of the shared array the products stage inputs through, None where
     the kernel multiplies nothing; `row_groups`: the weights whose products the grid splits
     in groups of rows and of nodes (`runtime.matmul_row_groups`)."""
-    arguments = kernel.scalars + kernel.arrays + tuple(scratch.argument for scratch in
-                                                       scratch_arrays(kernel))
+    scratch = scratch_arrays(kernel)
+    arguments = kernel.scalars + kernel.arrays + tuple(array.argument for array in scratch)
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
             "    threads = cuda.gridsize(1)"]
     if tile:
@@ -329,7 +328,7 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]
     return "\n".join(_module_header(kernel, header, called) + [
         _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):"]
-        + body + ["", ""] + emit_scratch_shapes(kernel, scratch_arrays(kernel))) + "\n"
+        + body + ["", ""] + emit_scratch_shapes(kernel, scratch)) + "\n"
 
 
 def free_names(statement):
@@ -443,12 +442,13 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
                 raise TypeError(statement)
 
     visit(kernel.body, 1)
+    scratch = scratch_arrays(kernel)
     arguments = (("launch",) + kernel.scalars + kernel.arrays
-                 + tuple(scratch.argument for scratch in scratch_arrays(kernel))
+                 + tuple(array.argument for array in scratch)
                  + tuple(f"host_{name}" for name in host_arrays))
     lines = _module_header(kernel, header, ["matmul_kernel"])
     for kernel_lines in kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines + ["", ""]
-    lines += emit_scratch_shapes(kernel, scratch_arrays(kernel))
+    lines += emit_scratch_shapes(kernel, scratch)
     return "\n".join(lines) + "\n", tuple(host_arrays)

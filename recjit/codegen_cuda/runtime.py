@@ -300,12 +300,19 @@ def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
                     x, y, rows, tile, turn)
 
 
+def fits_row_groups(num_rows, blocks):
+    """Whether a grid of `blocks` blocks has two, at least, for each group of four of a
+    weight's `num_rows` rows: the rule under which the products of a weight not split by
+    units go in row groups (`row_group`, on the host at code generation)."""
+    return 2 * ((num_rows + 3) // 4) <= blocks
+
+
 @cuda.jit(device=True, inline=True)
 def row_group(num_rows, rows):
     """(first row, rows, first node, nodes) of this block's share of a product that the grid
     splits in groups: the weight's rows four to a group (a worker's item), and each group's
     nodes in ranges over the blocks that share it. Blocks past the last group's last range
-    get no nodes. Needs twice as many blocks as groups, at least (the caller's rule)."""
+    get no nodes. Needs twice as many blocks as groups, at least (`fits_row_groups`)."""
     groups = (num_rows + 3) // 4
     ranges = cuda.gridDim.x // groups
     group, node_range = cuda.blockIdx.x % groups, cuda.blockIdx.x // groups

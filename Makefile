@@ -23,8 +23,10 @@ $(VENV)/.installed-bench: $(VENV)/.installed-test
 demo: $(VENV)/.installed-test
 	$(BIN)/python examples/tree_lstm.py
 
+# Two workers, a test file each at a time: kernels compile in one thread, and a file's tests
+# share the kernels its fixtures compile.
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py

@@ -45,6 +45,12 @@ class Schedule:
       rows, each group's nodes in ranges over the blocks that share it
       (`runtime.matmul_row_groups`; MV-RNN); `False`: each block owns an even share of the
       rows, fewer than four, and multiplies every node's inputs (the ablation baseline).
+    - `block_packs` (CUDA, fused, with `stage_products`): a product's packed inputs that any
+      block can compute, from values the grid has met on since they were written (an
+      unrefactored TreeFC's [h_l; h_r]), are packed by each block into its tile itself, a
+      tile at a time, with a block barrier, not a grid barrier, before the product
+      (`codegen_cuda/packs.py`); `False`: the grid packs them into global memory and meets
+      before the product (the ablation baseline).
     - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
       CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
       down, one after another, so a batch covers `unroll` heights with no grid barrier
@@ -74,6 +80,7 @@ class Schedule:
     split_units: bool = True
     stage_products: bool = True
     row_groups: bool = True
+    block_packs: bool = True
     unroll: int = 1
     refactor: bool = None
     fast_math: bool = True

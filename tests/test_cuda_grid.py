@@ -11,6 +11,7 @@ from hypothesis import given, settings, strategies as st
 from numba import cuda
 
 import recjit as rj
+from recjit import codegen_cuda
 from recjit.codegen_cuda import device, runtime
 from recjit.codegen_cuda.units import UnitSplit
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
@@ -18,6 +19,7 @@ from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
 from conftest import assert_same_result, binary_forests, nary_forests, seeds, word_sequences
@@ -106,16 +108,19 @@ def test_dag_rnn_on_several_blocks_equals_reference():
 
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
-       split_units=st.booleans(), row_groups=st.booleans(), unroll=st.integers(1, 3),
+       split_units=st.booleans(), row_groups=st.booleans(), block_packs=st.booleans(),
+       unroll=st.integers(1, 3),
        refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
        seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
-                                                           split_units, row_groups, unroll,
+                                                           split_units, row_groups,
+                                                           block_packs, unroll,
                                                            refactor, specialize, data, seed):
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
     schedule = rj.Schedule(persistence=persistence, split_units=split_units,
-                           row_groups=row_groups, unroll=unroll, refactor=refactor,
+                           row_groups=row_groups, block_packs=block_packs, unroll=unroll,
+                           refactor=refactor,
                            specialize=specialize)
     check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
           schedule, lag=LAG)
@@ -166,6 +171,48 @@ def test_too_few_blocks_for_two_ranges_a_group_split_the_rows_evenly():
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
         assert not kernel.row_groups and "matmul_rows(" in kernel.source
     check(3, mv_rnn, forest, p)
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_packs_each_block_computes_in_its_tile_on_several_blocks_equal_reference(warps):
+    """Unrefactored TreeRNN packs both children's states in one loop, for W and for U: each
+    block packs each product's inputs in its tile itself (batches of 24 and 12 nodes, tiles
+    of 8 on 3 blocks, two of which lag), and no grid barrier comes before the products."""
+    forest = rj.Forest.perfect(4, num_trees=3)
+    p = tree_rnn_params(5, 1000, "float64", 8)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(3, tree_rnn), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codegen_cuda, "TILE_NODES", (8, 4))
+        kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
+        assert kernel.packs.arrays == {"batch_x_W", "batch_x_U"}
+        assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
+        assert "multiply_tile(shared_p_U, " in kernel.source
+        assert "batch_x_W" not in kernel.source.split("def scratch_shapes")[1]
+        assert "packs the inputs of batch_x_U, batch_x_W into its tile" in kernel.describe()
+        check(3, tree_rnn, forest, p, schedule, warps=warps, lag=LAG)
+
+
+def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():
+    """TreeGRU packs Σ r_k ⊙ h_k from refactored products that each block computed for its
+    own units alone: no block can pack every unit of it, so the grid packs it and meets."""
+    p = tree_gru_params(5, VOCAB, "float64", 9)
+    forest, _ = STRUCTURES["child-sum"]
+    with grid_of(3, tree_gru):
+        kernel = tree_gru.compile(forest, p, "cuda").backend_kernel
+        assert "batch_x_U_h" not in kernel.packs.arrays and kernel.packs.arrays
+        assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
+    check(3, tree_gru, forest, p, lag=LAG)
+
+
+def test_without_block_packs_the_grid_packs_and_meets_before_the_products():
+    forest = rj.Forest.perfect(3, num_trees=2)
+    p = tree_rnn_params(5, 1000, "float64", 10)
+    schedule = rj.Schedule(refactor=False, block_packs=False)
+    with grid_of(3, tree_rnn):
+        kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
+        assert not kernel.packs.arrays and "multiply_tile(" not in kernel.source
+        assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
+    check(3, tree_rnn, forest, p, schedule)
 
 
 # Models whose batches have a block barrier: (model, its parameters, its structure).

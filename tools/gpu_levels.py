@@ -101,13 +101,14 @@ def main():
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default, unrefactored, unpersistent, unsplit, "
-                        "unstaged, ungrouped")
+                        "unstaged, ungrouped, gridpacked")
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     variants = {"default": {}, "unrefactored": {"refactor": False},
                 "unpersistent": {"persistence": False}, "unsplit": {"split_units": False},
-                "unstaged": {"stage_products": False}, "ungrouped": {"row_groups": False}}
+                "unstaged": {"stage_products": False}, "ungrouped": {"row_groups": False},
+                "gridpacked": {"block_packs": False}}
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
         for variant in args.variants.split(","):

@@ -10,8 +10,8 @@ from ..lowering.ilir import MatMul, walk
 from ..result import Result, rows_in_order
 from . import buffers, device, runtime
 from .buffers import DeviceBuffers
-from .emit import (batch_weights, emit_fused, emit_unfused, has_items_per_block,
-                   scratch_arrays)
+from .emit import batch_weights, emit_fused, emit_unfused, has_items_per_block
+from .packs import NO_PACKS, block_packs
 from .roots import gather_roots
 from .units import NO_SPLIT, split_units
 
@@ -43,12 +43,13 @@ class CudaKernel:
         self.persistence = schedule.persistence
         self.stage_products = schedule.stage_products
         self.row_grouping = schedule.row_groups
+        self.packing = schedule.block_packs
         self.weight_shapes = weight_shapes
         self.threads = schedule.threads or device.threads_per_block()
-        self.scratch = scratch_arrays(kernel)
         self.parameter_attributes = kernel_parameters(kernel)
-        self.split = (split_units(self.kernel, weight_shapes) if self.fusion and schedule.split_units
-                      else NO_SPLIT)
+        # The units the blocks split; `split` knows the barriers of the packs as well.
+        self.unit_split = (split_units(self.kernel, weight_shapes, schedule.split_units)
+                           if self.fusion else NO_SPLIT)
         self.kept_parameters = {}  # {kernel parameter: (the params' value, its device array)}
         self.buffers = DeviceBuffers()
         self.configure(device.multiprocessors() if self.fusion else None)
@@ -67,12 +68,14 @@ class CudaKernel:
         if self.fusion:
             self.row_groups = self.plan_row_groups(blocks)
             self.persistent, self.tile = self.plan_shared_memory(blocks)
+            self.packs, self.split = self.plan_packs()
             self.source = emit_fused(self.kernel, self.fast_math, header, self.persistent,
                                      device.launch_bound(self.threads), self.split, self.tile,
-                                     self.row_groups)
+                                     self.row_groups, self.packs)
             self.host_arrays = ()
         else:
             self.persistent, self.tile, self.row_groups = {}, None, frozenset()
+            self.packs, self.split = NO_PACKS, NO_SPLIT
             self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header,
                                                          device.launch_bound(self.threads))
         module = load_module(self.source, f"{self.kernel.name}_cuda",
@@ -92,8 +95,15 @@ class CudaKernel:
         return frozenset(
             product.weight for product in walk(self.kernel.body)
             if isinstance(product, MatMul) and product.parallel
-            and product.weight not in self.split.weights
+            and product.weight not in self.unit_split.weights
             and runtime.fits_row_groups(self.weight_shapes[product.weight][0], blocks))
+
+    def plan_packs(self):
+        """(the packs each block computes into its tile, `packs.BlockPacks`; the unit split
+        that knows their barriers are a block's): none where the products stage nothing."""
+        if not self.packing or not self.tile or self.tile == UNUSED_TILE:
+            return NO_PACKS, self.unit_split
+        return block_packs(self.kernel, self.unit_split, self.tile[1])
 
     def plan_shared_memory(self, blocks):
         """(each block's slice of the weights multiplied in every batch, kept in shared
@@ -134,7 +144,7 @@ class CudaKernel:
         slices = {}
         for weight in self.weights_to_keep():
             rows, columns = self.weight_shapes[weight]
-            units = self.split.weights.get(weight)
+            units = self.unit_split.weights.get(weight)
             slices[weight] = ((rows // units * -(-units // blocks) if units
                                else -(-rows // blocks)), columns)
         return slices if _slice_bytes(slices, itemsize) <= budget else {}
@@ -159,6 +169,10 @@ class CudaKernel:
             text += (f"; the products of {', '.join(sorted(self.row_groups))} are split in "
                      "groups of four rows, each group's nodes over the blocks that share it, "
                      "the rows read through L2")
+        if self.packs.products:
+            text += ("; each block packs the inputs of "
+                     f"{', '.join(sorted(self.packs.arrays))} into its tile itself, a block "
+                     "barrier before the product, not the grid's")
         if self.split.arrays:
             local, barriers = self.split.batch_barriers()
             text += ("; the blocks split the hidden units, each computing the rows of "

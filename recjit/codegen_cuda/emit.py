@@ -17,11 +17,12 @@ it; its scratch is the block's own slice of an array with a leading block dimens
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
+from .packs import NO_PACKS
 from .units import NO_SPLIT, element_extent
 
 MATH = '''
@@ -41,16 +42,22 @@ TILE = "x_tile"
 
 class Emitter:
     """Source lines for the statements of one device function; `split`: the hidden units the
-    fused kernel's blocks split (a `units.UnitSplit`, empty where they split none)."""
+    fused kernel's blocks split (a `units.UnitSplit`, empty where they split none); `packs`:
+    the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`)."""
 
-    def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset()):
+    def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset(), packs=NO_PACKS,
+                 tile_nodes=0):
         self.lines = []
         self.persistent = persistent
         self.split = split
         self.row_groups = row_groups
+        self.packs = packs
+        self.tile_nodes = tile_nodes
 
     def statements(self, body, depth, extent=None):
         for index, statement in enumerate(body):
+            if id(statement) in self.packs.skipped:
+                continue
             if isinstance(statement, Barrier) and self.split.block_barrier(body, index):
                 self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
                                   f"{statement.reason} (each block its own units)")
@@ -76,6 +83,8 @@ class Emitter:
         elif isinstance(statement, If):
             expression.branch(statement, pad, self.lines,
                               lambda body: self.statements(body, depth + 1, extent))
+        elif isinstance(statement, MatMul) and id(statement) in self.packs.products:
+            self.packed_product(statement, self.packs.products[id(statement)], depth)
         elif isinstance(statement, MatMul):
             call = matmul_call(statement, self.persistent, self.split, self.row_groups)
             self.lines.append(f"{pad}turn = {call}")
@@ -105,6 +114,36 @@ class Emitter:
                            f"{pad}    {loop.var} = item // {extent}",
                            f"{pad}    {element} = item % {extent}"]
         self.statements(loop.body, depth + 1, extent)
+
+    def packed_product(self, product, pack, depth):
+        """A product whose inputs the pack loop `pack` computes: each block packs its share's
+        nodes into its tile itself, a tile at a time, and multiplies them from there; a
+        block barrier between, not the grid's (`packs.py`)."""
+        pad = "    " * depth
+        extent, element = element_extent(pack.body)
+        kind, operand, share = product_share(product, self.persistent, self.split,
+                                             self.row_groups)
+        capacity = self.tile_nodes
+        plan = f"{kind}_plan({', '.join(share)}, {expression.bound(product.rows)})"
+        items = f"range(cuda.threadIdx.x, tile_rows * {extent}, cuda.blockDim.x)"
+        multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
+                    f"{extent}, {product.y}[first_node + tile_first:], turn)")
+        self.lines += [
+            f"{pad}# each block packs its nodes' inputs of {product.x} in {TILE} itself",
+            f"{pad}weight_rows, y_rows, held, first_node, nodes = {plan}",
+            f"{pad}tiles = (nodes + {capacity - 1}) // {capacity} if held > 0 else 0",
+            f"{pad}for step in range(tiles):",
+            f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, nodes)",
+            f"{pad}    for item in {items}:",
+            f"{pad}        tile_row = item // {extent}",
+            f"{pad}        {pack.var} = first_node + tile_first + tile_row",
+            f"{pad}        {element} = item % {extent}"]
+        self.statements(_into_tile(pack.body, product.x, self.packs.arrays - {product.x}),
+                        depth + 2, extent)
+        self.lines += [
+            f"{pad}    cuda.syncthreads()",
+            f"{pad}    turn = {multiply}",
+            f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one"]
 
     def block_per_item(self, loop, depth):
         """A block-stride loop over the items, each run by the whole block."""
@@ -160,6 +199,29 @@ class Emitter:
         self.statements(loop.body, depth, extent)
 
 
+def _into_tile(body, array, others):
+    """`body` with its stores of `array`[slot, k] made stores of `TILE`[tile_row, k], and
+    those of the arrays `others` (packed for other products) left out."""
+    rewritten = []
+    for statement in body:
+        if isinstance(statement, Store) and statement.array == array:
+            statement = replace(statement, array=TILE,
+                                index=(Var("tile_row"), statement.index[1]))
+        elif isinstance(statement, Store) and statement.array in others:
+            continue
+        elif isinstance(statement, Loop):
+            statement = replace(statement, body=_into_tile(statement.body, array, others))
+            if not statement.body:
+                continue
+        elif isinstance(statement, If):
+            statement = replace(statement, body=_into_tile(statement.body, array, others),
+                                orelse=_into_tile(statement.orelse, array, others))
+            if not statement.body and not statement.orelse:
+                continue
+        rewritten.append(statement)
+    return tuple(rewritten)
+
+
 def has_steps(body):
     """Whether a block's statements include work split over its threads."""
     return any(isinstance(statement, MatMul)
@@ -176,29 +238,29 @@ def has_items_per_block(body):
                for statement in body)
 
 
-def matmul_call(product, persistent, split, row_groups):
-    """`matmul_rows` (`matmul_units` where the blocks split the units, `matmul_row_groups`
-    for a weight of `row_groups`) on the weight itself, or on this block's slice in shared
-    memory, staging its inputs through `TILE`; it returns the warp whose turn it is next
-    (`runtime.multiply`)."""
+def product_share(product, persistent, split, row_groups):
+    """How the blocks split a product: (`rows`, `units` or `row_groups`, the weight operand,
+    the arguments that say the block's share before the product's own): by rows, on the
+    weight itself or on this block's slice in shared memory; by units where the blocks
+    split the units; in groups for a weight of `row_groups`."""
     weight = product.weight
-    rows = f"{expression.bound(product.rows)}, {TILE}, turn"
+    sliced = weight in persistent  # never a weight of `row_groups`
+    operand = expression.matmul_operands(product, f"shared_{weight}" if sliced else None)[0]
+    rows = f"{weight}.shape[0]"
     if weight in row_groups:
-        operand, x, y = expression.matmul_operands(product)
-        return f"matmul_row_groups({operand}, {weight}.shape[0], {x}, {y}, {rows})"
+        return "row_groups", operand, [rows]
     if product.y in split.arrays:
-        units = split.arrays[product.y]
-        sliced = weight in persistent
-        operand, x, y = expression.matmul_operands(
-            product, f"shared_{weight}" if sliced else None)
-        return (f"matmul_units({operand}, {sliced}, {units}, {weight}.shape[0], {x}, {y}, "
-                f"{rows})")
-    if weight in persistent:
-        shared, x, y = expression.matmul_operands(product, f"shared_{weight}")
-        return (f"matmul_rows({shared}, first_row({weight}.shape[0]), "
-                f"{weight}.shape[0], {x}, {y}, {rows})")
-    operand, x, y = expression.matmul_operands(product)
-    return f"matmul_rows({operand}, 0, {weight}.shape[0], {x}, {y}, {rows})"
+        return "units", operand, [str(sliced), str(split.arrays[product.y]), rows]
+    return "rows", operand, [f"first_row({rows})" if sliced else "0", rows]
+
+
+def matmul_call(product, persistent, split, row_groups):
+    """`matmul_rows`, `matmul_units` or `matmul_row_groups` (`product_share`), staging the
+    inputs through `TILE`; it returns the warp whose turn it is next (`runtime.multiply`)."""
+    kind, operand, share = product_share(product, persistent, split, row_groups)
+    _, x, y = expression.matmul_operands(product)
+    return (f"matmul_{kind}({operand}, {', '.join(share)}, {x}, {y}, "
+            f"{expression.bound(product.rows)}, {TILE}, turn)")
 
 
 @dataclass(frozen=True)
@@ -294,18 +356,20 @@ def _jit(fast_math, launch_bound):
 
 
 RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows",
-                 "matmul_row_groups", "matmul_units", "owned_units")
+                 "matmul_row_groups", "matmul_units", "multiply_tile", "owned_units",
+                 "row_groups_plan", "rows_plan", "tile_span", "units_plan")
 
 
 def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
-               row_groups=frozenset()):
+               row_groups=frozenset(), packs=NO_PACKS):
     """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
     shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
     (None: no bound); `split`: the units the blocks split (`units.UnitSplit`); `tile`: the
     shape (nodes, columns) of the shared array the products stage inputs through, None where
     the kernel multiplies nothing; `row_groups`: the weights whose products the grid splits
-    in groups of rows and of nodes (`runtime.matmul_row_groups`)."""
-    scratch = scratch_arrays(kernel)
+    in groups of rows and of nodes (`runtime.matmul_row_groups`); `packs`: the packs each
+    block computes into its tile (`packs.BlockPacks`), whose arrays are not scratch."""
+    scratch = [array for array in scratch_arrays(kernel) if array.name not in packs.arrays]
     arguments = kernel.scalars + kernel.arrays + tuple(array.argument for array in scratch)
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
             "    threads = cuda.gridsize(1)"]
@@ -322,7 +386,7 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
             body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
                         if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
         body.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent, split, row_groups)
+    emitter = Emitter(persistent, split, row_groups, packs, tile[0] if tile else 0)
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]

@@ -21,7 +21,9 @@ block copies a tile of the nodes' inputs into shared memory, all threads at once
 multiply from there. Read directly, every warp waits on L2 for its node's inputs, one node
 after another, and every block asks for the same rows at the same time; an H100 ran such a
 product of 1024 nodes at a ninth of cuBLAS's rate (tools/gpu_products.py). Each block starts
-at a tile of its own, so that the grid's reads spread over the rows."""
+at a tile of its own, so that the grid's reads spread over the rows. Where each block can
+compute the packed inputs itself, the kernel fills the tile with them and multiplies it
+(`multiply_tile`, `codegen_cuda/packs.py`): no grid barrier between the pack and the product."""
 from numba import cuda
 from numba.core import config
 
@@ -248,24 +250,40 @@ def stage_rows(x, first, count, tile):
 
 
 @cuda.jit(device=True, inline=True)
+def tile_span(step, tiles, capacity, rows):
+    """The first node and the nodes of a block's `step`-th tile of `rows` nodes, `capacity`
+    a tile: block b takes the tiles from its b-th on, so that the blocks do not all read the
+    same rows at once."""
+    first = (step + cuda.blockIdx.x) % tiles * capacity
+    return first, min(capacity, rows - first)
+
+
+@cuda.jit(device=True, inline=True)
+def multiply_tile(weight, weight_rows, y_rows, held, tile, count, columns, y, turn):
+    """y[s, r] = Σ_k W[r, k] · tile[s, k] for s < count, the first `columns` of the tile's
+    rows (shared memory, filled by the block), and the rows r of `multiply_direct`'s maps.
+    Returns the worker whose turn comes next."""
+    groups = (held + 3) // 4
+    mine, workers = first_item(turn)
+    for item in range(mine, count * groups, workers):
+        s = item // groups
+        products_of_four(weight, weight_rows, y_rows, held, tile, s, columns, y, s,
+                         item % groups * 4)
+    return (turn + count * groups) % workers
+
+
+@cuda.jit(device=True, inline=True)
 def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     """The products of `multiply_direct`, the nodes' inputs staged through `tile` (shared
-    memory) `tile.shape[0]` nodes at a time. Block b takes the tiles from its b-th on, so
-    that the blocks do not all read the same rows at once."""
+    memory) `tile.shape[0]` nodes at a time (`tile_span`)."""
     capacity = tile.shape[0]
     tiles = (rows + capacity - 1) // capacity
-    groups = (held + 3) // 4
-    block = cuda.blockIdx.x
-    mine, workers = first_item(turn)
     for step in range(tiles):
-        first = (step + block) % tiles * capacity
-        count = min(capacity, rows - first)
+        first, count = tile_span(step, tiles, capacity, rows)
         stage_rows(x, first, count, tile)
         cuda.syncthreads()
-        for item in range(mine, count * groups, workers):
-            s = item // groups
-            products_of_four(weight, weight_rows, y_rows, held, tile, s, x.shape[1], y,
-                             first + s, item % groups * 4)
+        turn = multiply_tile(weight, weight_rows, y_rows, held, tile, count, x.shape[1],
+                             y[first:], turn)
         cuda.syncthreads()  # before the next tile overwrites this one
 
 
@@ -289,15 +307,22 @@ def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     return (turn + items) % workers
 
 
+# A block's share of a product, by each way of splitting the weight (a plan): (the map of
+# the rows `weight` holds, the map of the rows y gets, how many, the first node, the nodes).
 @cuda.jit(device=True, inline=True)
-def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
-    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns of a
-    weight W with `num_rows` rows; `weight` holds W's rows from `weight_first_row` on (W
-    itself, or this block's slice of it); `tile`: shared memory to stage x's rows through;
-    `turn`: the worker to take the first item (`multiply`, which returns the next)."""
+def rows_plan(weight_first_row, num_rows, rows):
+    """By rows: this block's rows of a weight of `num_rows` rows, `weight` holding them from
+    `weight_first_row` on (W itself, or this block's slice of it); every node."""
     begin, owned = owned_rows(num_rows)
-    return multiply(weight, (owned, 0, begin - weight_first_row), (owned, 0, begin), owned,
-                    x, y, rows, tile, turn)
+    return (owned, 0, begin - weight_first_row), (owned, 0, begin), owned, 0, rows
+
+
+@cuda.jit(device=True, inline=True)
+def units_plan(sliced, units, num_rows, rows):
+    """By units: the rows whose unit r mod `units` this block owns; `weight` is W, or
+    (`sliced`) this block's rows of it as `load_unit_rows` left them; every node."""
+    y_rows, held = unit_rows(units, num_rows)
+    return ((held, 0, 0) if sliced else y_rows), y_rows, held, 0, rows
 
 
 def fits_row_groups(num_rows, blocks):
@@ -323,29 +348,44 @@ def row_group(num_rows, rows):
 
 
 @cuda.jit(device=True, inline=True)
-def matmul_row_groups(weight, num_rows, x, y, rows, tile, turn):
-    """y[s, r] = Σ_k W[r, k] · x[s, k] for this block's rows r and nodes s (`row_group`) of a
-    weight with fewer rows than four a block: split by blocks alone, each block would hold
-    fewer rows than a worker's four-row item (computing some twice) and read every node's
-    inputs; split so, it holds four and reads its range of nodes. `weight` is W itself;
-    `tile` and `turn` as for `matmul_rows`."""
+def row_groups_plan(num_rows, rows):
+    """In groups (`row_group`), for a weight of fewer rows than four a block: split by
+    blocks alone, each block would hold fewer rows than a worker's four-row item (computing
+    some twice) and read every node's inputs; split so, it holds four and reads its range of
+    nodes. `weight` is W itself."""
     first_row, held, first_node, nodes = row_group(num_rows, rows)
-    if nodes == 0:
-        return turn
     owned = (held, 0, first_row)
-    return multiply(weight, owned, owned, held, x[first_node:], y[first_node:], nodes, tile,
-                    turn)
+    return owned, owned, held, first_node, nodes
+
+
+@cuda.jit(device=True, inline=True)
+def multiply_share(weight, plan, x, y, tile, turn):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for this block's share of the product, as `plan`
+    says; `tile`: shared memory to stage x's rows through; `turn`: the worker to take the
+    first item (`multiply`, which returns the next)."""
+    weight_rows, y_rows, held, first_node, nodes = plan
+    return multiply(weight, weight_rows, y_rows, held, x[first_node:], y[first_node:], nodes,
+                    tile, turn)
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
+    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns
+    (`rows_plan`)."""
+    return multiply_share(weight, rows_plan(weight_first_row, num_rows, rows), x, y, tile, turn)
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_row_groups(weight, num_rows, x, y, rows, tile, turn):
+    """The same for this block's rows and nodes of a weight split in groups
+    (`row_groups_plan`)."""
+    return multiply_share(weight, row_groups_plan(num_rows, rows), x, y, tile, turn)
 
 
 @cuda.jit(device=True, inline=True)
 def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile, turn):
-    """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r of a weight W of
-    `num_rows` rows whose unit r mod `units` this block owns; `weight` is W, or (`sliced`)
-    this block's rows of it as `load_unit_rows` left them; `tile` and `turn` as for
-    `matmul_rows`."""
-    y_rows, held = unit_rows(units, num_rows)
-    weight_rows = (held, 0, 0) if sliced else y_rows
-    return multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn)
+    """The same for the rows of a weight split by units (`units_plan`)."""
+    return multiply_share(weight, units_plan(sliced, units, num_rows, rows), x, y, tile, turn)
 
 
 @cuda.jit(device=True, inline=True)

@@ -54,6 +54,7 @@ class UnitSplit:
     states: frozenset = frozenset()
     kernel_body: tuple = ()
     parents: dict = field(default_factory=dict)
+    block_only: frozenset = frozenset()  # ids of barriers a block's alone (`packs.py`)
 
     def loop_units(self, loop):
         """The units a parallel loop's blocks split, or None: it reads no unit-split array."""
@@ -67,8 +68,35 @@ class UnitSplit:
         return bool(products) and all(
             product.y in self.arrays and product.parallel
             and (product.x in self.states or product.x.startswith("field_")
-                 or not self._written_later(body, index, product.x))
+                 or not self.written_later(body, index, product.x))
             for product in products)
+
+    def grid_meets(self, body, index):
+        """Whether the grid surely meets at `body[index]`, a barrier: no products run before
+        it, for which it could be a block's, and it is no barrier of a block's own packs
+        (`block_only`)."""
+        return (id(body[index]) not in self.block_only
+                and not self._products_before(body, index))
+
+    def grid_met_before(self, body, index):
+        """Whether everything written before `body[index]` was written before a barrier at
+        which the grid surely met: only names and comments lie between that barrier and
+        it; at the start of a sequential loop's statements, the loop's last statement and
+        the last before the loop are such barriers."""
+        position = index - 1
+        while position >= 0 and isinstance(body[position], (Let, Comment, Alloc)):
+            position -= 1
+        if position >= 0:
+            return isinstance(body[position], Barrier) and self.grid_meets(body, position)
+        if body is self.kernel_body:
+            return True
+        holder = self.parents.get(id(body))
+        if not holder or not isinstance(holder[0][holder[1]], Loop) \
+                or holder[0][holder[1]].parallel:
+            return False
+        last = len(body) - 1
+        return (isinstance(body[last], Barrier) and self.grid_meets(body, last)
+                and self.grid_met_before(*holder))
 
     def batch_barriers(self):
         """(block barriers, barriers) in a batch: in the kernel's batch loop."""
@@ -77,7 +105,8 @@ class UnitSplit:
         def visit(body):
             for index, statement in enumerate(body):
                 if isinstance(statement, Barrier):
-                    counts[0] += self.block_barrier(body, index)
+                    counts[0] += (self.block_barrier(body, index)
+                                  or id(statement) in self.block_only)
                     counts[1] += 1
                 elif isinstance(statement, Loop):
                     visit(statement.body)
@@ -103,7 +132,7 @@ class UnitSplit:
                 return None
         return products if body is self.kernel_body else None
 
-    def _written_later(self, body, index, array):
+    def written_later(self, body, index, array):
         """Whether a statement that may run after `body[index]` before the grid next meets
         at a barrier writes `array`. A barrier that another barrier's products do not
         precede is the grid's; any other counts as a block's, on the safe side."""
@@ -120,8 +149,7 @@ class UnitSplit:
                 pending += after
                 continue
             statement = statements[position]
-            if isinstance(statement, Barrier) and not self._products_before(statements,
-                                                                            position):
+            if isinstance(statement, Barrier) and self.grid_meets(statements, position):
                 continue
             if isinstance(statement, If):
                 pending += [(branch, 0) for branch in (statement.body, statement.orelse)
@@ -130,7 +158,7 @@ class UnitSplit:
                     pending.append(self._skipping(statements, position))
             elif isinstance(statement, Loop) and not statement.parallel:
                 pending += [(statement.body, 0), (statements, position + 1)]
-            elif array in _written_by(statement):
+            elif array in written_by(statement):
                 return True
             else:
                 pending.append((statements, position + 1))
@@ -167,8 +195,13 @@ class UnitSplit:
 NO_SPLIT = UnitSplit()
 
 
-def split_units(kernel, weight_shapes):
-    """The unit-split arrays of a fused kernel, for `weight_shapes` {weight: (rows, columns)}."""
+def split_units(kernel, weight_shapes, enabled=True):
+    """The unit-split arrays of a fused kernel, for `weight_shapes` {weight: (rows, columns)};
+    none unless `enabled` (`Schedule(split_units=False)`), the kernel's statements known
+    still, for the barriers' reasoning (`packs.py`)."""
+    if not enabled:
+        return UnitSplit(states=frozenset(name for name, _ in kernel.states),
+                         kernel_body=kernel.body, parents=_parents(kernel.body))
     reads, writes = {}, {}
     _accesses(kernel.body, reads, writes, None)
     arrays = {}
@@ -212,7 +245,7 @@ def _parents(body, parents=None):
     return parents
 
 
-def _written_by(statement):
+def written_by(statement):
     """The arrays a statement (a loop with all it holds) writes."""
     inside = tuple(walk((statement,)))
     return ({product.y for product in inside if isinstance(product, MatMul)}

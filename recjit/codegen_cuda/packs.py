@@ -1,0 +1,127 @@
+"""Packs that each block computes for itself, into its tile, with no grid barrier.
+
+An unrefactored TreeFC batch is: pack every node's [h_l; h_r] into `batch_x_W`, a grid
+barrier, the product `W · batch_x_W`, the elementwise ops, a grid barrier. The first barrier
+is there because a block's product reads every node's packed inputs, which the whole grid
+wrote. But the pack reads only the children's states, which the grid had met on before the
+batch began, and a staged product copies each tile of packed inputs into shared memory anyway:
+each block can as well compute the tile's packed inputs there itself (`Emitter.packed_product`,
+`runtime.multiply_tile`). The grid barrier becomes a block barrier per tile, and the packed
+array is never written to global memory.
+
+A pack loop P followed by a barrier B and products is *packed per block* when
+- P is a parallel loop that writes, at [P's item, P's element] only, the inputs x of some of
+  those products (each product M then packs its own in its tile: TreeRNN's W and U), over as
+  many elements as x has columns, and as many items as M multiplies nodes;
+- nothing but M reads x, and M multiplies all of a weight's columns into y's rows as they are;
+- the grid surely met at a barrier after everything P reads was written: only names and
+  comments lie between that barrier and P (or, at the start of the batch loop, the loop's
+  last statement and the statement before the loop are such barriers);
+- nothing P reads but the states (written once, a node's) is written after P before the grid
+  next meets, so that no block overwrites what a slower one still packs;
+- and taking B for a block barrier turns no other barrier's reasoning (`units.UnitSplit`)
+  from a block's into the grid's.
+"""
+from dataclasses import dataclass, field, replace
+
+from ..lowering.ilir import Alloc, Barrier, Const, If, Loop, MatMul, Store, Var, walk
+from .units import element_extent, loads, written_by
+
+
+@dataclass(frozen=True)
+class BlockPacks:
+    """`products`: {id of a product M: its pack loop P}; `skipped`: the ids of the pack loops
+    and barriers that the packed products replace; `arrays`: the packed arrays, which are
+    no longer scratch. Empty: every pack is the grid's."""
+
+    products: dict = field(default_factory=dict)
+    skipped: frozenset = frozenset()
+    arrays: frozenset = frozenset()
+
+    def barriers(self):
+        """The ids of the barriers that became a block's."""
+        return self.skipped - {id(pack) for pack in self.products.values()}
+
+
+NO_PACKS = BlockPacks()
+
+
+def block_packs(kernel, split, tile_columns):
+    """(the packs of `kernel` that each block computes for itself, the `split` that knows
+    their barriers are a block's). `split`: the kernel's `units.UnitSplit`; `tile_columns`:
+    the columns of the shared tile, 0 where the products stage nothing."""
+    widths = {statement.name: statement.shape[1] for statement in walk(kernel.body)
+              if isinstance(statement, Alloc) and len(statement.shape) == 2}
+    readers = {}
+    for statement in walk(kernel.body):
+        if isinstance(statement, MatMul):
+            readers[statement.x] = readers.get(statement.x, 0) + 1
+    for load in loads(kernel.body):
+        readers[load.array] = readers.get(load.array, 0) + 1
+    found = []
+
+    def visit(body):
+        for index, statement in enumerate(body):
+            if isinstance(statement, Loop) and not statement.parallel:
+                visit(statement.body)
+            products = _candidate(body, index, widths, readers, tile_columns)
+            if products and split.grid_met_before(body, index):
+                found.append((body, index, products))
+
+    visit(kernel.body)
+    barriers = frozenset(id(body[index + 1]) for body, index, _ in found)
+    packed_split = replace(split, block_only=barriers)
+    if not found or any(
+            split.block_barrier(body, index) != packed_split.block_barrier(body, index)
+            for body, index in _barriers(kernel.body)):
+        return NO_PACKS, split
+    if not all(packed_split.grid_met_before(body, index)
+               and all(array in split.states or not packed_split.written_later(body, index, array)
+                       for array in {load.array for load in loads(body[index])})
+               for body, index, _ in found):
+        return NO_PACKS, split
+    packs = BlockPacks(products={id(product): body[index] for body, index, products in found
+                                 for product in products},
+                       skipped=barriers | {id(body[index]) for body, index, _ in found},
+                       arrays=frozenset(product.x for _, _, products in found
+                                        for product in products))
+    return packs, packed_split
+
+
+def _candidate(body, index, widths, readers, tile_columns):
+    """The products whose inputs `body[index]` packs, if the pack, its barrier and they are
+    as the module says (the grid's meeting before it aside); else None."""
+    pack = body[index]
+    if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
+            and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
+        return None
+    extent, element = element_extent(pack.body)
+    following = []
+    for statement in body[index + 2:]:
+        if not isinstance(statement, MatMul):
+            break
+        following.append(statement)
+    stores = [store for store in walk(pack.body) if isinstance(store, Store)]
+    products = [product for product in following if product.x in written_by(pack)]
+    if (element is None or extent > tile_columns
+            or {product.x for product in products} != written_by(pack)
+            or any(store.index != (Var(pack.var), Var(element)) for store in stores)):
+        return None
+    for product in products:
+        if (not product.parallel or product.columns is not None or product.x_row is not None
+                or product.y_row is not None or product.rows != pack.stop
+                or readers.get(product.x) != 1 or widths.get(product.x) != Const(extent)):
+            return None
+    return products
+
+
+def _barriers(body):
+    """(statements, index) of every barrier in `body`, inside loops and branches too."""
+    for index, statement in enumerate(body):
+        if isinstance(statement, Barrier):
+            yield body, index
+        elif isinstance(statement, Loop):
+            yield from _barriers(statement.body)
+        elif isinstance(statement, If):
+            yield from _barriers(statement.body)
+            yield from _barriers(statement.orelse)

@@ -66,7 +66,8 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             done
             python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
-            ${LEVELS_ARGS:---models tree_lstm,tree_gru --depths 1,8,32,64 --variants default,unsplit} ;;
+            ${LEVELS_ARGS:---models tree_fc,tree_lstm --depths 1,8,32,64 \
+            --variants default,gridpacked,unrefactored,unsplit} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_refactor.py \
             --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \

@@ -53,8 +53,8 @@ def drop_block(body, text):
 
 def variants(body):
     head = [line for line in body if line.strip().startswith(("begin =", "count ="))]
-    no_products = [line for line in body
-                   if "matmul_rows(" not in line and "matmul_units(" not in line]
+    products = ("matmul_rows(", "matmul_units(", "matmul_row_groups(", "multiply_tile(")
+    no_products = [line for line in body if not any(call in line for call in products)]
     return {"as generated": body,
             "no products": no_products,
             "no elementwise": drop_block(body, "for item in range("),

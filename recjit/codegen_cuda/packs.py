@@ -24,8 +24,8 @@ A pack loop P followed by a barrier B and products is *packed per block* when
 """
 from dataclasses import dataclass, field, replace
 
-from ..lowering.ilir import Alloc, Barrier, Const, If, Loop, MatMul, Store, Var, walk
-from .units import element_extent, loads, written_by
+from ..lowering.ilir import Alloc, Barrier, Const, Loop, MatMul, Store, Var, walk
+from .units import barrier_positions, element_extent, loads, written_by
 
 
 @dataclass(frozen=True)
@@ -37,10 +37,6 @@ class BlockPacks:
     products: dict = field(default_factory=dict)
     skipped: frozenset = frozenset()
     arrays: frozenset = frozenset()
-
-    def barriers(self):
-        """The ids of the barriers that became a block's."""
-        return self.skipped - {id(pack) for pack in self.products.values()}
 
 
 NO_PACKS = BlockPacks()
@@ -73,7 +69,7 @@ def block_packs(kernel, split, tile_columns):
     packed_split = replace(split, block_only=barriers)
     if not found or any(
             split.block_barrier(body, index) != packed_split.block_barrier(body, index)
-            for body, index in _barriers(kernel.body)):
+            for body, index in barrier_positions(kernel.body)):
         return NO_PACKS, split
     if not all(packed_split.grid_met_before(body, index)
                and all(array in split.states or not packed_split.written_later(body, index, array)
@@ -113,15 +109,3 @@ def _candidate(body, index, widths, readers, tile_columns):
                 or readers.get(product.x) != 1 or widths.get(product.x) != Const(extent)):
             return None
     return products
-
-
-def _barriers(body):
-    """(statements, index) of every barrier in `body`, inside loops and branches too."""
-    for index, statement in enumerate(body):
-        if isinstance(statement, Barrier):
-            yield body, index
-        elif isinstance(statement, Loop):
-            yield from _barriers(statement.body)
-        elif isinstance(statement, If):
-            yield from _barriers(statement.body)
-            yield from _barriers(statement.orelse)

@@ -100,24 +100,12 @@ class UnitSplit:
 
     def batch_barriers(self):
         """(block barriers, barriers) in a batch: in the kernel's batch loop."""
-        counts = [0, 0]
-
-        def visit(body):
-            for index, statement in enumerate(body):
-                if isinstance(statement, Barrier):
-                    counts[0] += (self.block_barrier(body, index)
-                                  or id(statement) in self.block_only)
-                    counts[1] += 1
-                elif isinstance(statement, Loop):
-                    visit(statement.body)
-                elif isinstance(statement, If):
-                    visit(statement.body)
-                    visit(statement.orelse)
-
-        for loop in self.kernel_body:
-            if isinstance(loop, Loop) and not loop.parallel:
-                visit(loop.body)
-        return tuple(counts)
+        positions = [position for loop in self.kernel_body
+                     if isinstance(loop, Loop) and not loop.parallel
+                     for position in barrier_positions(loop.body)]
+        local = sum(bool(self.block_barrier(body, index) or id(body[index]) in self.block_only)
+                    for body, index in positions)
+        return local, len(positions)
 
     def _products_before(self, body, index):
         """The products between `body[index]` and the barrier before it in `body` (or the
@@ -243,6 +231,18 @@ def _parents(body, parents=None):
             parents[id(statements)] = None if id(statements) in parents else (body, index)
             _parents(statements, parents)
     return parents
+
+
+def barrier_positions(body):
+    """(statements, index) of every barrier in `body`, inside loops and branches too."""
+    for index, statement in enumerate(body):
+        if isinstance(statement, Barrier):
+            yield body, index
+        elif isinstance(statement, Loop):
+            yield from barrier_positions(statement.body)
+        elif isinstance(statement, If):
+            yield from barrier_positions(statement.body)
+            yield from barrier_positions(statement.orelse)
 
 
 def written_by(statement):

@@ -65,10 +65,9 @@ class ByForest:
     whether to refactor (`lowering.choose.RefactorTrade`). Each is compiled when a forest
     first asks for it. `schedule`: the fields every forest shares."""
 
-    def __init__(self, cell, schedule, compile_schedule):
-        self.cell = cell
+    def __init__(self, trade, schedule, compile_schedule):
         self.schedule = schedule
-        self.trade = refactor_trade(cell, schedule)
+        self.trade = trade
         self.compile_schedule = compile_schedule
         self.kernels = {}
         self.lock = threading.Lock()
@@ -179,7 +178,9 @@ class RecursiveModel:
                     field_specs = {name: (values.shape[1:], values.dtype)
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
-                    chosen = choose_schedule(cell, schedule, backend, self.kind, self.arity)
+                    barriers = backend_barriers(backend, schedule, key[2])
+                    chosen = choose_schedule(cell, schedule, backend, self.kind, self.arity,
+                                             barriers)
 
                     def compile_schedule(chosen):
                         kernel = lower(cell, chosen)
@@ -187,7 +188,8 @@ class RecursiveModel:
                         return Compiled(cell, chosen, kernel, backend_kernel(
                             backend, kernel, fast_math, chosen, key[2]))
 
-                    entry = (ByForest(cell, chosen, compile_schedule) if chosen.refactor is None
+                    entry = (ByForest(refactor_trade(cell, chosen, barriers), chosen,
+                                      compile_schedule) if chosen.refactor is None
                              else compile_schedule(chosen))
                     self._compiled[key] = entry
         return entry
@@ -312,8 +314,22 @@ def backend_kernel(backend, kernel, fast_math, schedule, parameters):
     if backend == "cpu":
         return CpuKernel(kernel, fast_math, schedule.pack_from_nodes)
     from .codegen_cuda import CudaKernel  # numba.cuda is imported only when asked for
-    weight_shapes = {param_name(name): shape for name, shape, _ in parameters}
-    return CudaKernel(kernel, fast_math, schedule, weight_shapes)
+    return CudaKernel(kernel, fast_math, schedule, _weight_shapes(parameters))
+
+
+def backend_barriers(backend, schedule, parameters):
+    """How many barriers an internal batch of a lowered kernel crosses as the backend runs
+    it, for the refactoring choice: on the CPU, every one the lowering placed (None); on the
+    GPU, those at which the whole grid meets (`codegen_cuda.grid_barriers`)."""
+    if backend == "cpu":
+        return None
+    from .codegen_cuda import grid_barriers
+    weight_shapes = _weight_shapes(parameters)
+    return lambda kernel: grid_barriers(kernel, schedule, weight_shapes)
+
+
+def _weight_shapes(parameters):
+    return {param_name(name): shape for name, shape, _ in parameters}
 
 
 def check_finite_inputs(cell, forest, p):

@@ -306,13 +306,14 @@ def test_a_generated_host_function_sizes_the_scratch_to_bucketed_rows():
     from recjit.codegen_cuda.buffers import bucket
     from recjit.codegen_cuda.emit import scratch_arrays
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
-    kernel = tree_lstm.compile(caterpillar(4, VOCAB), p, "cuda").backend_kernel
+    refactored = rj.Schedule(refactor=True)  # its projections have a row per node
+    kernel = tree_lstm.compile(caterpillar(4, VOCAB), p, "cuda", refactored).backend_kernel
     assert "def scratch_shapes(" in kernel.source
     sizes = dict.fromkeys(kernel.kernel.scalars, 1)
     sizes.update(num_nodes=40, num_distinct_leaves=3)
     shapes = kernel.scratch_shapes(**sizes, blocks=2)
     assert len(shapes) == len([array for array in scratch_arrays(kernel.kernel)
-                               if array.name not in kernel.packs.arrays])
+                               if array.name not in kernel.plan.packs.arrays])
     assert (bucket(40), 3 * HIDDEN) in shapes and (bucket(3), 3 * HIDDEN) in shapes
 
 
@@ -447,7 +448,8 @@ def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier
     runs the elementwise ops at e: the products' barrier is the block's alone."""
     forest = rj.Forest.from_nested([((1, 2), 3)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
-    text = tree_lstm.explain(forest, p, backend="cuda", file=io.StringIO())
+    refactored = rj.Schedule(refactor=True)
+    text = tree_lstm.explain(forest, p, backend="cuda", schedule=refactored, file=io.StringIO())
     assert ("the blocks split the hidden units, each computing the rows of p_U_f, p_U_iou, "
             "p_W_iou that its own elementwise ops read: 1 of a batch's 2 barriers "
             "synchronizes a block only") in text
@@ -455,7 +457,22 @@ def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier
                   .split("grid.sync()  # barrier: the roots read")[0])
     assert batch_loop.count("grid.sync()") == 1
     assert batch_loop.count("cuda.syncthreads()  # barrier: the next batch reads") == 1
-    check(tree_lstm, forest, p)
+    check(tree_lstm, forest, p, refactored)
+
+
+def test_an_unrefactored_tree_lstm_batch_has_one_grid_barrier_as_a_refactored_one():
+    """Each block packs U_iou's inputs and U_f's, a row per child, into its tile itself (block
+    packs): the grid meets once a batch, after the elementwise ops, as refactored."""
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    unrefactored = rj.Schedule(refactor=False)
+    text = tree_lstm.explain(forest, p, backend="cuda", schedule=unrefactored,
+                             file=io.StringIO())
+    assert "each block packs the inputs of batch_x_U_f, batch_x_U_iou, leaf_x_W_iou" in text
+    batch_loop = (tree_lstm.kernel_source("cuda").split("for b in range")[1]
+                  .split("grid.sync()  # barrier: the roots read")[0])
+    assert batch_loop.count("grid.sync()") == 1
+    check(tree_lstm, forest, p, unrefactored)
 
 
 def test_tree_grus_product_of_packed_inputs_needs_a_block_barrier_only():

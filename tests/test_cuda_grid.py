@@ -144,7 +144,7 @@ def test_products_staged_in_several_tiles_on_several_blocks_equal_reference(warp
     schedule = rj.Schedule(refactor=False)
     with grid_of(3, tree_fc):
         kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
-        assert kernel.tile[0] == 32 and "x_tile" in kernel.source
+        assert kernel.plan.tile[0] == 32 and "x_tile" in kernel.source
     check(3, tree_fc, forest, p, schedule, warps=warps, lag=LAG)
 
 
@@ -157,7 +157,7 @@ def test_products_split_in_row_groups_on_several_blocks_equal_reference(warps):
     forest, _ = STRUCTURES["binary"]
     with grid_of(5, mv_rnn):
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
-        assert kernel.row_groups == {"p_W", "p_W_M"}
+        assert kernel.plan.row_groups == {"p_W", "p_W_M"}
         assert "matmul_row_groups(p_W_M, " in kernel.source and "shared_p_W" not in kernel.source
         assert "groups of four rows" in kernel.describe()
     check(5, mv_rnn, forest, p, warps=warps, lag=LAG)
@@ -169,7 +169,7 @@ def test_too_few_blocks_for_two_ranges_a_group_split_the_rows_evenly():
     forest, _ = STRUCTURES["binary"]
     with grid_of(3, mv_rnn):
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
-        assert not kernel.row_groups and "matmul_rows(" in kernel.source
+        assert not kernel.plan.row_groups and "matmul_rows(" in kernel.source
     check(3, mv_rnn, forest, p)
 
 
@@ -182,14 +182,32 @@ def test_packs_each_block_computes_in_its_tile_on_several_blocks_equal_reference
     p = tree_rnn_params(5, 1000, "float64", 8)
     schedule = rj.Schedule(refactor=False)
     with grid_of(3, tree_rnn), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codegen_cuda, "TILE_NODES", (8, 4))
+        patch.setattr(codegen_cuda.plan, "TILE_NODES", (8, 4))
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
-        assert kernel.packs.arrays == {"batch_x_W", "batch_x_U"}
+        assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_U"}
         assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
         assert "multiply_tile(shared_p_U, " in kernel.source
         assert "batch_x_W" not in kernel.source.split("def scratch_shapes")[1]
         assert "packs the inputs of batch_x_U, batch_x_W into its tile" in kernel.describe()
         check(3, tree_rnn, forest, p, schedule, warps=warps, lag=LAG)
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_a_pack_of_a_row_per_child_each_block_computes_in_its_tile_equals_reference(warps):
+    """Unrefactored TreeLSTM packs U_f's inputs a row per child (rows 2·slot and 2·slot + 1):
+    each block packs them in its tile, a tile row the child it stands for (batches of 24 and
+    12 nodes, 48 and 24 rows of U_f, tiles of 8 that split no node's pair of rows or do, on
+    3 blocks that lag); no grid barrier comes before the products."""
+    forest = rj.Forest.perfect(4, num_trees=3)
+    p = tree_lstm_params(5, 1000, "float64", 11)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(3, tree_lstm), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codegen_cuda.plan, "TILE_NODES", (7, 4))
+        kernel = tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel
+        assert kernel.plan.packs.arrays == {"leaf_x_W_iou", "batch_x_U_iou", "batch_x_U_f"}
+        assert "part = packed_row % 2" in kernel.source
+        assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
+        check(3, tree_lstm, forest, p, schedule, warps=warps, lag=LAG)
 
 
 def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():
@@ -199,7 +217,7 @@ def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():
     forest, _ = STRUCTURES["child-sum"]
     with grid_of(3, tree_gru):
         kernel = tree_gru.compile(forest, p, "cuda").backend_kernel
-        assert "batch_x_U_h" not in kernel.packs.arrays and kernel.packs.arrays
+        assert "batch_x_U_h" not in kernel.plan.packs.arrays and kernel.plan.packs.arrays
         assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
     check(3, tree_gru, forest, p, lag=LAG)
 
@@ -210,7 +228,7 @@ def test_without_block_packs_the_grid_packs_and_meets_before_the_products():
     schedule = rj.Schedule(refactor=False, block_packs=False)
     with grid_of(3, tree_rnn):
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
-        assert not kernel.packs.arrays and "multiply_tile(" not in kernel.source
+        assert not kernel.plan.packs.arrays and "multiply_tile(" not in kernel.source
         assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
     check(3, tree_rnn, forest, p, schedule)
 

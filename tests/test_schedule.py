@@ -221,32 +221,39 @@ def test_the_compiler_refactors_sequences_on_the_cpu_but_not_binary_trees():
     assert chosen(tree_lstm, tree, tree_lstm_params(HIDDEN, VOCAB, "float64")).refactor is False
 
 
-def test_the_compiler_refactors_where_it_removes_a_grid_barrier():
+def test_on_the_gpu_the_compiler_refactors_where_it_removes_a_barrier_the_grid_meets_at():
+    """On the GPU a TreeLSTM batch meets as a grid once, refactored or not: unrefactored, each
+    block packs its products' inputs itself (block packs), and refactoring's extra products
+    would buy nothing. Where the grid packs them, refactoring saves a grid barrier a batch;
+    a GRU's saves them and adds no products."""
     tree = rj.Forest.from_nested([((1, 2), 3)])
+    sequence = rj.Forest.from_sequences([3], fields={"word": [1, 2, 3]})
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
-    assert chosen(tree_lstm, tree, p, "cuda").refactor is True
-    assert chosen(tree_lstm, tree, p, "cuda", rj.Schedule(refactor=False)).refactor is False
+    assert chosen(tree_lstm, tree, p, "cuda").refactor is False
+    assert chosen(tree_lstm, tree, p, "cuda", rj.Schedule(block_packs=False)).refactor is True
+    assert chosen(gru, sequence, gru_params(HIDDEN, VOCAB, "float64"), "cuda").refactor is True
 
 
 def test_on_the_gpu_refactoring_is_chosen_per_forest_where_it_adds_multiply_adds():
-    """TreeFC refactored multiplies every leaf's state twice for its parent: on ten perfect
-    trees of 128 leaves that costs more than the barriers it saves; on one small tree not."""
-    p = tree_fc_params(256, VOCAB, "float32")
+    """TreeGRU refactored multiplies every node's state for its parent, leaves included: on
+    ten perfect trees of 128 leaves that costs more than the grid barriers it saves; on one
+    small tree not."""
+    p = tree_gru_params(256, VOCAB, "float32")
     small, wide = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.perfect(7, num_trees=10)
-    assert chosen(tree_fc, small, p, "cuda").refactor is True
-    assert chosen(tree_fc, wide, p, "cuda").refactor is False
-    assert chosen(tree_fc, wide, p, "cuda", rj.Schedule(refactor=True)).refactor is True
-    text = tree_fc.explain(wide, p, backend="cuda", file=io.StringIO())
+    assert chosen(tree_gru, small, p, "cuda").refactor is True
+    assert chosen(tree_gru, wide, p, "cuda").refactor is False
+    assert chosen(tree_gru, wide, p, "cuda", rj.Schedule(refactor=True)).refactor is True
+    text = tree_gru.explain(wide, p, backend="cuda", file=io.StringIO())
     assert "refactor=False" in text and "(refactor chosen for this forest)" in text
 
 
 def test_a_forest_run_unrefactored_by_the_gpus_choice_equals_reference(monkeypatch):
     from recjit.lowering import choose
     monkeypatch.setattr(choose, "MULTIPLY_ADDS_PER_US", 1.0)  # products dearer than barriers
-    forest, p = rj.Forest.from_nested([((1, 2), (3, 4)), 5]), tree_fc_params(HIDDEN, VOCAB,
-                                                                              "float64", 3)
-    assert chosen(tree_fc, forest, p, "cuda").refactor is False
-    assert_same_result(tree_fc.run(forest, p, backend="cuda"), tree_fc.reference(forest, p))
+    forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
+    p = tree_gru_params(HIDDEN, VOCAB, "float64", 3)
+    assert chosen(tree_gru, forest, p, "cuda").refactor is False
+    assert_same_result(tree_gru.run(forest, p, backend="cuda"), tree_gru.reference(forest, p))
 
 
 def test_explain_prints_the_chosen_schedule():

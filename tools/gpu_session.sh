@@ -10,7 +10,8 @@
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
 # shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
-# levels, us a batch with units split over blocks and without, LEVELS_ARGS to gpu_levels.py;
+# levels, us a batch as chosen (unrefactored, block packs), with the grid's packs, refactored
+# and without split units, LEVELS_ARGS to gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_refactor.py).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
@@ -67,7 +68,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_fc,tree_lstm --depths 1,8,32,64 \
-            --variants default,gridpacked,unrefactored,unsplit} ;;
+            --variants default,gridpacked,refactored,unsplit} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_refactor.py \
             --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \

@@ -17,12 +17,12 @@ it; its scratch is the block's own slice of an array with a leading block dimens
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
-from .packs import NO_PACKS
+from .packs import NO_PACKS, item_part
 from .units import NO_SPLIT, element_extent
 
 MATH = '''
@@ -116,11 +116,12 @@ class Emitter:
         self.statements(loop.body, depth + 1, extent)
 
     def packed_product(self, product, pack, depth):
-        """A product whose inputs the pack loop `pack` computes: each block packs its share's
-        nodes into its tile itself, a tile at a time, and multiplies them from there; a
-        block barrier between, not the grid's (`packs.py`)."""
+        """A product whose inputs the `packs.Pack` `pack` computes: each block packs its
+        share's nodes into its tile itself, a tile at a time, and multiplies them from there;
+        a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
-        extent, element = element_extent(pack.body)
+        loop, per_item = pack.loop, pack.rows_per_item
+        extent, element = element_extent(loop.body)
         kind, operand, share = product_share(product, self.persistent, self.split,
                                              self.row_groups)
         capacity = self.tile_nodes
@@ -128,6 +129,12 @@ class Emitter:
         items = f"range(cuda.threadIdx.x, tile_rows * {extent}, cuda.blockDim.x)"
         multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
                     f"{extent}, {product.y}[first_node + tile_first:], turn)")
+        if per_item == 1:
+            position = [f"{loop.var} = first_node + tile_first + tile_row"]
+        else:
+            position = ["packed_row = first_node + tile_first + tile_row",
+                        f"{loop.var} = packed_row // {per_item}",
+                        f"part = packed_row % {per_item}"]
         self.lines += [
             f"{pad}# each block packs its nodes' inputs of {product.x} in {TILE} itself",
             f"{pad}weight_rows, y_rows, held, first_node, nodes = {plan}",
@@ -136,10 +143,11 @@ class Emitter:
             f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, nodes)",
             f"{pad}    for item in {items}:",
             f"{pad}        tile_row = item // {extent}",
-            f"{pad}        {pack.var} = first_node + tile_first + tile_row",
+            *(f"{pad}        {line}" for line in position),
             f"{pad}        {element} = item % {extent}"]
-        self.statements(_into_tile(pack.body, product.x, self.packs.arrays - {product.x}),
-                        depth + 2, extent)
+        packed = _into_tile(loop.body, loop.var, product.x, per_item,
+                            self.packs.arrays - {product.x})
+        self.statements(_without_unread_names(packed), depth + 2, extent)
         self.lines += [
             f"{pad}    cuda.syncthreads()",
             f"{pad}    turn = {multiply}",
@@ -199,27 +207,75 @@ class Emitter:
         self.statements(loop.body, depth, extent)
 
 
-def _into_tile(body, array, others):
-    """`body` with its stores of `array`[slot, k] made stores of `TILE`[tile_row, k], and
-    those of the arrays `others` (packed for other products) left out."""
+def _into_tile(body, item, array, per_item, others):
+    """`body`, a pack loop's over `item`, with its stores of `array`[slot, k] made stores of
+    `TILE`[tile_row, k] (of `per_item` rows an item: a store of row per_item · slot + j made
+    one where the tile row's `part` is j), and those of the arrays `others` (packed for other
+    products) left out."""
     rewritten = []
     for statement in body:
         if isinstance(statement, Store) and statement.array == array:
-            statement = replace(statement, array=TILE,
-                                index=(Var("tile_row"), statement.index[1]))
+            tile_store = replace(statement, array=TILE, index=(Var("tile_row"),
+                                                               statement.index[1]))
+            part = item_part(statement.index[0], item)[1]
+            statement = (tile_store if per_item == 1 else
+                         If(BinOp("==", Var("part"), Const(part)), (tile_store,)))
         elif isinstance(statement, Store) and statement.array in others:
             continue
         elif isinstance(statement, Loop):
-            statement = replace(statement, body=_into_tile(statement.body, array, others))
+            statement = replace(statement, body=_into_tile(statement.body, item, array,
+                                                           per_item, others))
             if not statement.body:
                 continue
         elif isinstance(statement, If):
-            statement = replace(statement, body=_into_tile(statement.body, array, others),
-                                orelse=_into_tile(statement.orelse, array, others))
+            statement = replace(
+                statement, body=_into_tile(statement.body, item, array, per_item, others),
+                orelse=_into_tile(statement.orelse, item, array, per_item, others))
             if not statement.body and not statement.orelse:
                 continue
         rewritten.append(statement)
     return tuple(rewritten)
+
+
+def _without_unread_names(body):
+    """`body` without the `Let`s of names nothing in it reads (what a pack computed for the
+    inputs of another product), and the loops and branches left empty."""
+    while True:
+        read = set(_names_read(body))
+        pruned = _drop_lets(body, read)
+        if pruned == body:
+            return body
+        body = pruned
+
+
+def _drop_lets(body, read):
+    kept = []
+    for statement in body:
+        if isinstance(statement, Let) and statement.name not in read:
+            continue
+        if isinstance(statement, Loop):
+            statement = replace(statement, body=_drop_lets(statement.body, read))
+            if not statement.body:
+                continue
+        elif isinstance(statement, If):
+            statement = replace(statement, body=_drop_lets(statement.body, read),
+                                orelse=_drop_lets(statement.orelse, read))
+            if not statement.body and not statement.orelse:
+                continue
+        kept.append(statement)
+    return tuple(kept)
+
+
+def _names_read(node):
+    """The name of every `Var` in an ILIR statement, expression or tuple of them."""
+    if isinstance(node, tuple):
+        for item in node:
+            yield from _names_read(item)
+    elif isinstance(node, Var):
+        yield node.name
+    elif is_dataclass(node):
+        for item in fields(node):
+            yield from _names_read(getattr(node, item.name))
 
 
 def has_steps(body):
@@ -360,15 +416,13 @@ RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows",
                  "row_groups_plan", "rows_plan", "tile_span", "units_plan")
 
 
-def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
-               row_groups=frozenset(), packs=NO_PACKS):
-    """One cooperative kernel; `persistent` maps each weight kept in shared memory to the
-    shape of a block's slice of it; `launch_bound`: the threads a block it is compiled for
-    (None: no bound); `split`: the units the blocks split (`units.UnitSplit`); `tile`: the
-    shape (nodes, columns) of the shared array the products stage inputs through, None where
-    the kernel multiplies nothing; `row_groups`: the weights whose products the grid splits
-    in groups of rows and of nodes (`runtime.matmul_row_groups`); `packs`: the packs each
-    block computes into its tile (`packs.BlockPacks`), whose arrays are not scratch."""
+def emit_fused(kernel, fast_math, header, plan, launch_bound):
+    """One cooperative kernel, as `plan` (`plan.LaunchPlan`) says: the weights each block keeps
+    in shared memory, the tile the products stage inputs through, the products split in row
+    groups (`runtime.matmul_row_groups`), the packs each block computes into its tile, whose
+    arrays are not scratch, and the units the blocks split; `launch_bound`: the threads a
+    block it is compiled for (None: no bound)."""
+    persistent, tile, split, packs = plan.persistent, plan.tile, plan.split, plan.packs
     scratch = [array for array in scratch_arrays(kernel) if array.name not in packs.arrays]
     arguments = kernel.scalars + kernel.arrays + tuple(array.argument for array in scratch)
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
@@ -386,7 +440,7 @@ def emit_fused(kernel, fast_math, header, persistent, launch_bound, split, tile,
             body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
                         if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
         body.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent, split, row_groups, packs, tile[0] if tile else 0)
+    emitter = Emitter(persistent, split, plan.row_groups, packs, tile[0] if tile else 0)
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]

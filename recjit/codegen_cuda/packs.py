@@ -12,7 +12,9 @@ array is never written to global memory.
 A pack loop P followed by a barrier B and products is *packed per block* when
 - P is a parallel loop that writes, at [P's item, P's element] only, the inputs x of some of
   those products (each product M then packs its own in its tile: TreeRNN's W and U), over as
-  many elements as x has columns, and as many items as M multiplies nodes;
+  many elements as x has columns, and as many items as M multiplies nodes; or, for an x of
+  `a` rows an item, at [a · item + j, element] for each j < a, as many rows as M multiplies
+  (a binary TreeLSTM's U_f, a row per child: a tile row then packs the child it stands for);
 - nothing but M reads x, and M multiplies all of a weight's columns into y's rows as they are;
 - the grid surely met at a barrier after everything P reads was written: only names and
   comments lie between that barrier and P (or, at the start of the batch loop, the loop's
@@ -24,15 +26,24 @@ A pack loop P followed by a barrier B and products is *packed per block* when
 """
 from dataclasses import dataclass, field, replace
 
-from ..lowering.ilir import Alloc, Barrier, Const, Loop, MatMul, Store, Var, walk
+from ..lowering.ilir import Alloc, Barrier, BinOp, Const, Loop, MatMul, Store, Var, walk
 from .units import barrier_positions, element_extent, loads, written_by
 
 
 @dataclass(frozen=True)
+class Pack:
+    """The loop that packs a product's inputs, and the rows of them each of its items packs:
+    row `rows_per_item` · item + j holds the item's part j."""
+
+    loop: Loop
+    rows_per_item: int = 1
+
+
+@dataclass(frozen=True)
 class BlockPacks:
-    """`products`: {id of a product M: its pack loop P}; `skipped`: the ids of the pack loops
-    and barriers that the packed products replace; `arrays`: the packed arrays, which are
-    no longer scratch. Empty: every pack is the grid's."""
+    """`products`: {id of a product M: its `Pack`}; `skipped`: the ids of the pack loops and
+    barriers that the packed products replace; `arrays`: the packed arrays, which are no
+    longer scratch. Empty: every pack is the grid's."""
 
     products: dict = field(default_factory=dict)
     skipped: frozenset = frozenset()
@@ -76,17 +87,19 @@ def block_packs(kernel, split, tile_columns):
                        for array in {load.array for load in loads(body[index])})
                for body, index, _ in found):
         return NO_PACKS, split
-    packs = BlockPacks(products={id(product): body[index] for body, index, products in found
-                                 for product in products},
+    packs = BlockPacks(products={id(product): Pack(body[index], rows_per_item)
+                                 for body, index, products in found
+                                 for product, rows_per_item in products},
                        skipped=barriers | {id(body[index]) for body, index, _ in found},
                        arrays=frozenset(product.x for _, _, products in found
-                                        for product in products))
+                                        for product, _ in products))
     return packs, packed_split
 
 
 def _candidate(body, index, widths, readers, tile_columns):
-    """The products whose inputs `body[index]` packs, if the pack, its barrier and they are
-    as the module says (the grid's meeting before it aside); else None."""
+    """[(product, the rows of its inputs an item packs)] for the products whose inputs
+    `body[index]` packs, if the pack, its barrier and they are as the module says (the grid's
+    meeting before it aside); else None."""
     pack = body[index]
     if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
             and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
@@ -101,11 +114,36 @@ def _candidate(body, index, widths, readers, tile_columns):
     products = [product for product in following if product.x in written_by(pack)]
     if (element is None or extent > tile_columns
             or {product.x for product in products} != written_by(pack)
-            or any(store.index != (Var(pack.var), Var(element)) for store in stores)):
+            or any(store.index[1:] != (Var(element),) for store in stores)):
         return None
+    packed = []
     for product in products:
+        parts = {item_part(store.index[0], pack.var) for store in stores
+                 if store.array == product.x}
+        per_item = {part[0] for part in parts if part is not None}
+        if None in parts or len(per_item) != 1:
+            return None
+        per_item = per_item.pop()
         if (not product.parallel or product.columns is not None or product.x_row is not None
-                or product.y_row is not None or product.rows != pack.stop
+                or product.y_row is not None
+                or {part for _, part in parts} != set(range(per_item))
+                or product.rows != (pack.stop if per_item == 1
+                                    else BinOp("*", pack.stop, Const(per_item)))
                 or readers.get(product.x) != 1 or widths.get(product.x) != Const(extent)):
             return None
-    return products
+        packed.append((product, per_item))
+    return packed
+
+
+def item_part(row, item):
+    """(a, j) where `row` is a · `item` + j, the variable `item` times a constant a and plus
+    a constant j (a = 1, j = 0: the item itself); else None."""
+    if row == Var(item):
+        return 1, 0
+    part = 0
+    if isinstance(row, BinOp) and row.operator == "+" and isinstance(row.right, Const):
+        row, part = row.left, row.right.value
+    if (isinstance(row, BinOp) and row.operator == "*" and row.left == Var(item)
+            and isinstance(row.right, Const) and 0 <= part < row.right.value):
+        return row.right.value, part
+    return None

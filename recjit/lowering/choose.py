@@ -6,7 +6,7 @@ from ..errors import ScheduleError
 from .ilir import Barrier, Loop
 from .lower import lower
 from .refactor import refactor
-from .traffic import internal_path
+from .traffic import internal_positions
 
 
 # What refactoring trades on the GPU, fitted on an H100 (benchmarks/README.md, 2026-11-23,
@@ -20,23 +20,25 @@ MULTIPLY_ADDS_PER_US = 0.37e6
 MARGIN = 3
 
 
-def choose_schedule(cell, schedule, backend, kind, arity):
+def choose_schedule(cell, schedule, backend, kind, arity, barriers=None):
     """`schedule` with every field decided: what the user set stands, the rest is chosen;
-    `refactor` stays None where each forest decides (`RefactorTrade.pays_for`)."""
+    `refactor` stays None where each forest decides (`RefactorTrade.pays_for`). `barriers`:
+    the barriers an internal batch of a lowered kernel crosses as the backend runs it
+    (`refactor_trade`)."""
     if schedule.unroll > 1 and kind == "dag":
         raise ScheduleError(f"Schedule.unroll={schedule.unroll} applies to trees and sequences: "
                             "a DAG node reached from two parents would be computed twice")
     if schedule.refactor is None:
-        schedule = schedule.but(refactor=_refactoring_pays(cell, schedule, backend, arity))
+        schedule = schedule.but(refactor=_refactoring_pays(
+            cell, refactor_trade(cell, schedule, barriers), backend, arity))
     return schedule
 
 
-def _refactoring_pays(cell, schedule, backend, arity):
+def _refactoring_pays(cell, trade, backend, arity):
     """Refactor where it removes a barrier per batch and adds no multiply-adds. Where it adds
     some: on the CPU, no (a barrier is a prange join and the multiply-adds dominate: measured
     on the 2-core EPYC, h256, refactoring cost TreeLSTM 30%, TreeRNN 50%); on the GPU, a grid
     barrier costs microseconds and idle SMs, and the forest decides (None)."""
-    trade = refactor_trade(cell, schedule)
     if trade.barriers_saved <= 0:
         return False
     before, after = refactor(cell).multiply_adds(2 if arity is None else arity)
@@ -70,12 +72,17 @@ class RefactorTrade:
         return extra_us <= MARGIN * BATCH_SAVES_US * self.barriers_saved * internal_batches
 
 
-def refactor_trade(cell, schedule):
-    """The RefactorTrade of `cell` under `schedule` (whatever its `refactor`)."""
+def refactor_trade(cell, schedule, barriers=None):
+    """The RefactorTrade of `cell` under `schedule` (whatever its `refactor`). `barriers`:
+    the barriers an internal batch of a lowered kernel crosses as the backend runs it, those
+    the lowering placed by default; on the GPU, only those at which the grid meets count
+    (`codegen_cuda.grid_barriers_per_batch`): split units and block packs make others a
+    block's."""
+    barriers = barriers or barriers_per_batch
     refactoring = refactor(cell)
     return RefactorTrade(
-        barriers_per_batch(lower(cell, schedule.but(refactor=False)))
-        - barriers_per_batch(lower(cell, schedule.but(refactor=True))),
+        barriers(lower(cell, schedule.but(refactor=False)))
+        - barriers(lower(cell, schedule.but(refactor=True))),
         sum(projection.rows * projection.width for projection in refactoring.projections),
         sum(rows * columns for rows, columns, per_child in refactoring.replaced
             if not per_child),
@@ -84,11 +91,15 @@ def refactor_trade(cell, schedule):
 
 def barriers_per_batch(kernel):
     """The barriers one internal batch of the kernel's batch loop crosses."""
+    return len(internal_barriers(kernel))
+
+
+def internal_barriers(kernel):
+    """(statements, index) of each barrier one internal batch of the kernel's batch loop
+    crosses."""
     for statement in kernel.body:
         if isinstance(statement, Loop) and statement.var == "b":
-            return _barriers(statement.body)
-    return 0
-
-
-def _barriers(body):
-    return sum(1 for statement in internal_path(body) if isinstance(statement, Barrier))
+            return [(statements, index) for statements, index
+                    in internal_positions(statement.body)
+                    if isinstance(statements[index], Barrier)]
+    return []

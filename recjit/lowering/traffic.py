@@ -16,16 +16,21 @@ def batch_traffic(kernel, weight_shapes, itemsize):
 
 
 def internal_path(body):
-    """The statements an internal batch (not the last) runs: of a branch on the batch's
-    case, the `else` side; of a guard (an `if` without `else`: not the last batch), the
-    body."""
-    path = []
-    for statement in body:
+    """The statements an internal batch (not the last) runs."""
+    return [statements[index] for statements, index in internal_positions(body)]
+
+
+def internal_positions(body):
+    """(statements, index) of each statement an internal batch (not the last) runs: of a
+    branch on the batch's case, the `else` side; of a guard (an `if` without `else`: not the
+    last batch), the body."""
+    positions = []
+    for index, statement in enumerate(body):
         if isinstance(statement, If):
-            path += internal_path(statement.orelse or statement.body)
+            positions += internal_positions(statement.orelse or statement.body)
         else:
-            path.append(statement)
-    return path
+            positions.append((body, index))
+    return positions
 
 
 class _Counter:

@@ -476,15 +476,17 @@ def test_an_unrefactored_tree_lstm_batch_has_one_grid_barrier_as_a_refactored_on
 
 
 def test_tree_grus_product_of_packed_inputs_needs_a_block_barrier_only():
-    """The packed inputs are rewritten in the next batch, after the grid has met at the
-    barrier before the refactored products: no block overwrites them while another reads."""
+    """Refactored, the packed inputs are rewritten in the next batch, after the grid has met
+    at the barrier before the refactored products: no block overwrites them while another
+    reads."""
     forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
     p = tree_gru_params(HIDDEN, VOCAB, "float64", 2)
-    text = tree_gru.explain(forest, p, backend="cuda", file=io.StringIO())
+    refactored = rj.Schedule(refactor=True)
+    text = tree_gru.explain(forest, p, backend="cuda", schedule=refactored, file=io.StringIO())
     assert "2 of a batch's 4 barriers synchronize a block only" in text
     assert ("cuda.syncthreads()  # barrier: the elementwise ops read the products"
             in tree_gru.kernel_source("cuda").split("for b in range")[1])
-    check(tree_gru, forest, p)
+    check(tree_gru, forest, p, refactored)
 
 
 def test_without_split_units_every_barrier_is_the_grids_and_still_right():

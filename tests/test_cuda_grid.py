@@ -215,11 +215,31 @@ def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():
     own units alone: no block can pack every unit of it, so the grid packs it and meets."""
     p = tree_gru_params(5, VOCAB, "float64", 9)
     forest, _ = STRUCTURES["child-sum"]
+    refactored = rj.Schedule(refactor=True)
     with grid_of(3, tree_gru):
-        kernel = tree_gru.compile(forest, p, "cuda").backend_kernel
+        kernel = tree_gru.compile(forest, p, "cuda", refactored).backend_kernel
         assert "batch_x_U_h" not in kernel.plan.packs.arrays and kernel.plan.packs.arrays
         assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
-    check(3, tree_gru, forest, p, lag=LAG)
+    check(3, tree_gru, forest, p, refactored, lag=LAG)
+
+
+@pytest.mark.parametrize("name", ["tree_gru", "child_sum_tree_lstm"])
+def test_a_pack_of_a_row_per_edge_each_block_computes_in_its_tile_equals_reference(name):
+    """Unrefactored child-sum models pack a row per edge (TreeGRU's U_r, child-sum TreeLSTM's
+    U_f) besides the children's sum: each block packs both in its tile, a tile row the edge
+    it stands for, whichever node it is (batches of 3 to 9 nodes of 1 to 3 children, tiles of
+    4 on 3 blocks that lag); no grid barrier comes before those products."""
+    model, make_params, _ = ZOO[name]
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5), 6), (((7, 8), 9, 10), 11, (12, 13, 14)),
+                                    (15, (16, 17, 18))] * 3)
+    p = make_params(5, 1000, "float64", 12)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(3, model), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codegen_cuda.plan, "TILE_NODES", (4, 4))
+        kernel = model.compile(forest, p, "cuda", schedule).backend_kernel
+        assert any(array.startswith("batch_x_child_") for array in kernel.plan.packs.arrays)
+        assert "edge = edge_base + packed_row" in kernel.source
+        check(3, model, forest, p, schedule, lag=LAG)
 
 
 def test_without_block_packs_the_grid_packs_and_meets_before_the_products():

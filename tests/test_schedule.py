@@ -235,15 +235,16 @@ def test_on_the_gpu_the_compiler_refactors_where_it_removes_a_barrier_the_grid_m
 
 
 def test_on_the_gpu_refactoring_is_chosen_per_forest_where_it_adds_multiply_adds():
-    """TreeGRU refactored multiplies every node's state for its parent, leaves included: on
-    ten perfect trees of 128 leaves that costs more than the grid barriers it saves; on one
-    small tree not."""
+    """With the grid packing the products' inputs, refactoring saves TreeGRU a grid barrier a
+    batch and multiplies every node's state for its parent, leaves included: on ten perfect
+    trees of 128 leaves that costs more than the barriers save; on one small tree not."""
     p = tree_gru_params(256, VOCAB, "float32")
     small, wide = rj.Forest.from_nested([((1, 2), 3)]), rj.Forest.perfect(7, num_trees=10)
-    assert chosen(tree_gru, small, p, "cuda").refactor is True
-    assert chosen(tree_gru, wide, p, "cuda").refactor is False
-    assert chosen(tree_gru, wide, p, "cuda", rj.Schedule(refactor=True)).refactor is True
-    text = tree_gru.explain(wide, p, backend="cuda", file=io.StringIO())
+    grid_packs = rj.Schedule(block_packs=False)
+    assert chosen(tree_gru, small, p, "cuda", grid_packs).refactor is True
+    assert chosen(tree_gru, wide, p, "cuda", grid_packs).refactor is False
+    assert chosen(tree_gru, wide, p, "cuda", grid_packs.but(refactor=True)).refactor is True
+    text = tree_gru.explain(wide, p, backend="cuda", schedule=grid_packs, file=io.StringIO())
     assert "refactor=False" in text and "(refactor chosen for this forest)" in text
 
 
@@ -252,8 +253,20 @@ def test_a_forest_run_unrefactored_by_the_gpus_choice_equals_reference(monkeypat
     monkeypatch.setattr(choose, "MULTIPLY_ADDS_PER_US", 1.0)  # products dearer than barriers
     forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
     p = tree_gru_params(HIDDEN, VOCAB, "float64", 3)
+    grid_packs = rj.Schedule(block_packs=False)
+    assert chosen(tree_gru, forest, p, "cuda", grid_packs).refactor is False
+    assert_same_result(tree_gru.run(forest, p, backend="cuda", schedule=grid_packs),
+                       tree_gru.reference(forest, p))
+
+
+def test_on_the_gpu_child_sum_models_meet_as_a_grid_no_more_often_unrefactored():
+    """Each block packs a child-sum batch's summed children and its rows per edge itself, so
+    refactoring saves TreeGRU no grid barrier, and it runs unrefactored."""
+    p = tree_gru_params(HIDDEN, VOCAB, "float64")
+    forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
     assert chosen(tree_gru, forest, p, "cuda").refactor is False
-    assert_same_result(tree_gru.run(forest, p, backend="cuda"), tree_gru.reference(forest, p))
+    assert chosen(child_sum_tree_lstm, forest, tree_lstm_params(HIDDEN, VOCAB, "float64"),
+                  "cuda").refactor is False
 
 
 def test_explain_prints_the_chosen_schedule():

@@ -17,12 +17,12 @@ it; its scratch is the block's own slice of an array with a leading block dimens
 Unfused (`Schedule(fusion=False)`): each parallel statement is a kernel of its own, and a host
 function runs the rest of the body (the batch loop, the scalars) and launches them in order;
 the end of a launch is the barrier."""
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import dataclass
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
-from .packs import NO_PACKS, item_part
+from .packs import NO_PACKS, PACKED_ROW, TILE
 from .units import NO_SPLIT, element_extent
 
 MATH = '''
@@ -36,8 +36,6 @@ CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})
          "maximum": "max({}, {})", "minimum": "min({}, {})"}
 
 expression = PythonExpressions(CALLS)
-# The fused kernel's shared array that the products stage their inputs through.
-TILE = "x_tile"
 
 
 class Emitter:
@@ -117,11 +115,10 @@ class Emitter:
 
     def packed_product(self, product, pack, depth):
         """A product whose inputs the `packs.Pack` `pack` computes: each block packs its
-        share's nodes into its tile itself, a tile at a time, and multiplies them from there;
+        share's rows into its tile itself, a tile at a time, and multiplies them from there;
         a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
-        loop, per_item = pack.loop, pack.rows_per_item
-        extent, element = element_extent(loop.body)
+        extent, element = element_extent(pack.loop.body)
         kind, operand, share = product_share(product, self.persistent, self.split,
                                              self.row_groups)
         capacity = self.tile_nodes
@@ -129,12 +126,6 @@ class Emitter:
         items = f"range(cuda.threadIdx.x, tile_rows * {extent}, cuda.blockDim.x)"
         multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
                     f"{extent}, {product.y}[first_node + tile_first:], turn)")
-        if per_item == 1:
-            position = [f"{loop.var} = first_node + tile_first + tile_row"]
-        else:
-            position = ["packed_row = first_node + tile_first + tile_row",
-                        f"{loop.var} = packed_row // {per_item}",
-                        f"part = packed_row % {per_item}"]
         self.lines += [
             f"{pad}# each block packs its nodes' inputs of {product.x} in {TILE} itself",
             f"{pad}weight_rows, y_rows, held, first_node, nodes = {plan}",
@@ -143,11 +134,10 @@ class Emitter:
             f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, nodes)",
             f"{pad}    for item in {items}:",
             f"{pad}        tile_row = item // {extent}",
-            *(f"{pad}        {line}" for line in position),
-            f"{pad}        {element} = item % {extent}"]
-        packed = _into_tile(loop.body, loop.var, product.x, per_item,
-                            self.packs.arrays - {product.x})
-        self.statements(_without_unread_names(packed), depth + 2, extent)
+            f"{pad}        {PACKED_ROW} = first_node + tile_first + tile_row"]
+        self.statements(pack.position, depth + 2, extent)
+        self.lines.append(f"{pad}        {element} = item % {extent}")
+        self.statements(pack.body, depth + 2, extent)
         self.lines += [
             f"{pad}    cuda.syncthreads()",
             f"{pad}    turn = {multiply}",
@@ -205,77 +195,6 @@ class Emitter:
             self.lines.append(f"{'    ' * depth}if {condition}:")
             depth += 1
         self.statements(loop.body, depth, extent)
-
-
-def _into_tile(body, item, array, per_item, others):
-    """`body`, a pack loop's over `item`, with its stores of `array`[slot, k] made stores of
-    `TILE`[tile_row, k] (of `per_item` rows an item: a store of row per_item · slot + j made
-    one where the tile row's `part` is j), and those of the arrays `others` (packed for other
-    products) left out."""
-    rewritten = []
-    for statement in body:
-        if isinstance(statement, Store) and statement.array == array:
-            tile_store = replace(statement, array=TILE, index=(Var("tile_row"),
-                                                               statement.index[1]))
-            part = item_part(statement.index[0], item)[1]
-            statement = (tile_store if per_item == 1 else
-                         If(BinOp("==", Var("part"), Const(part)), (tile_store,)))
-        elif isinstance(statement, Store) and statement.array in others:
-            continue
-        elif isinstance(statement, Loop):
-            statement = replace(statement, body=_into_tile(statement.body, item, array,
-                                                           per_item, others))
-            if not statement.body:
-                continue
-        elif isinstance(statement, If):
-            statement = replace(
-                statement, body=_into_tile(statement.body, item, array, per_item, others),
-                orelse=_into_tile(statement.orelse, item, array, per_item, others))
-            if not statement.body and not statement.orelse:
-                continue
-        rewritten.append(statement)
-    return tuple(rewritten)
-
-
-def _without_unread_names(body):
-    """`body` without the `Let`s of names nothing in it reads (what a pack computed for the
-    inputs of another product), and the loops and branches left empty."""
-    while True:
-        read = set(_names_read(body))
-        pruned = _drop_lets(body, read)
-        if pruned == body:
-            return body
-        body = pruned
-
-
-def _drop_lets(body, read):
-    kept = []
-    for statement in body:
-        if isinstance(statement, Let) and statement.name not in read:
-            continue
-        if isinstance(statement, Loop):
-            statement = replace(statement, body=_drop_lets(statement.body, read))
-            if not statement.body:
-                continue
-        elif isinstance(statement, If):
-            statement = replace(statement, body=_drop_lets(statement.body, read),
-                                orelse=_drop_lets(statement.orelse, read))
-            if not statement.body and not statement.orelse:
-                continue
-        kept.append(statement)
-    return tuple(kept)
-
-
-def _names_read(node):
-    """The name of every `Var` in an ILIR statement, expression or tuple of them."""
-    if isinstance(node, tuple):
-        for item in node:
-            yield from _names_read(item)
-    elif isinstance(node, Var):
-        yield node.name
-    elif is_dataclass(node):
-        for item in fields(node):
-            yield from _names_read(getattr(node, item.name))
 
 
 def has_steps(body):

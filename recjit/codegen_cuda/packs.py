@@ -15,6 +15,9 @@ A pack loop P followed by a barrier B and products is *packed per block* when
   many elements as x has columns, and as many items as M multiplies nodes; or, for an x of
   `a` rows an item, at [a · item + j, element] for each j < a, as many rows as M multiplies
   (a binary TreeLSTM's U_f, a row per child: a tile row then packs the child it stands for);
+  or, for an x of a row per edge, at [edge - base, element] inside P's loop over a node's
+  edges, from values that iteration computes alone (a child-sum model's per-child products:
+  a tile row then packs the edge it stands for, whichever node it is);
 - nothing but M reads x, and M multiplies all of a weight's columns into y's rows as they are;
 - the grid surely met at a barrier after everything P reads was written: only names and
   comments lie between that barrier and P (or, at the start of the batch loop, the loop's
@@ -24,19 +27,29 @@ A pack loop P followed by a barrier B and products is *packed per block* when
 - and taking B for a block barrier turns no other barrier's reasoning (`units.UnitSplit`)
   from a block's into the grid's.
 """
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 
-from ..lowering.ilir import Alloc, Barrier, BinOp, Const, Loop, MatMul, Store, Var, walk
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Const, If, Let, Load, Loop, MatMul, Store,
+                             Var, walk)
 from .units import barrier_positions, element_extent, loads, written_by
+
+# The fused kernel's shared array that the products stage their inputs through, the row of it
+# a thread fills, and the row of the product's inputs that row stands for.
+TILE = "x_tile"
+TILE_ROW = "tile_row"
+PACKED_ROW = "packed_row"
 
 
 @dataclass(frozen=True)
 class Pack:
-    """The loop that packs a product's inputs, and the rows of them each of its items packs:
-    row `rows_per_item` · item + j holds the item's part j."""
+    """How a block fills row `TILE_ROW` of its tile with row `PACKED_ROW` of a product's
+    inputs: `loop`, the grid's pack loop it stands in for; `position`, the statements that
+    bind the loop's variables for that row (its item, the item's part, or its edge); `body`,
+    the loop's statements that compute the row, storing into the tile."""
 
     loop: Loop
-    rows_per_item: int = 1
+    position: tuple
+    body: tuple
 
 
 @dataclass(frozen=True)
@@ -87,9 +100,8 @@ def block_packs(kernel, split, tile_columns):
                        for array in {load.array for load in loads(body[index])})
                for body, index, _ in found):
         return NO_PACKS, split
-    packs = BlockPacks(products={id(product): Pack(body[index], rows_per_item)
-                                 for body, index, products in found
-                                 for product, rows_per_item in products},
+    packs = BlockPacks(products={id(product): pack for body, index, products in found
+                                 for product, pack in products},
                        skipped=barriers | {id(body[index]) for body, index, _ in found},
                        arrays=frozenset(product.x for _, _, products in found
                                         for product, _ in products))
@@ -97,9 +109,9 @@ def block_packs(kernel, split, tile_columns):
 
 
 def _candidate(body, index, widths, readers, tile_columns):
-    """[(product, the rows of its inputs an item packs)] for the products whose inputs
-    `body[index]` packs, if the pack, its barrier and they are as the module says (the grid's
-    meeting before it aside); else None."""
+    """[(product, its `Pack`)] for the products whose inputs `body[index]` packs, if the pack,
+    its barrier and they are as the module says (the grid's meeting before it aside); else
+    None."""
     pack = body[index]
     if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
             and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
@@ -110,29 +122,47 @@ def _candidate(body, index, widths, readers, tile_columns):
         if not isinstance(statement, MatMul):
             break
         following.append(statement)
-    stores = [store for store in walk(pack.body) if isinstance(store, Store)]
     products = [product for product in following if product.x in written_by(pack)]
     if (element is None or extent > tile_columns
             or {product.x for product in products} != written_by(pack)
-            or any(store.index[1:] != (Var(element),) for store in stores)):
+            or any(store.index[1:] != (Var(element),) for store, _ in _stores(pack.body))):
         return None
     packed = []
     for product in products:
-        parts = {item_part(store.index[0], pack.var) for store in stores
-                 if store.array == product.x}
-        per_item = {part[0] for part in parts if part is not None}
-        if None in parts or len(per_item) != 1:
-            return None
-        per_item = per_item.pop()
         if (not product.parallel or product.columns is not None or product.x_row is not None
-                or product.y_row is not None
-                or {part for _, part in parts} != set(range(per_item))
-                or product.rows != (pack.stop if per_item == 1
-                                    else BinOp("*", pack.stop, Const(per_item)))
-                or readers.get(product.x) != 1 or widths.get(product.x) != Const(extent)):
+                or product.y_row is not None or readers.get(product.x) != 1
+                or widths.get(product.x) != Const(extent)):
             return None
-        packed.append((product, per_item))
+        others = written_by(pack) - {product.x}
+        rows = (_rows_per_item(pack, product, others)
+                or _row_per_edge(pack, product, others, element))
+        if rows is None:
+            return None
+        packed.append((product, rows))
     return packed
+
+
+def _rows_per_item(pack, product, others):
+    """The `Pack` of a product whose inputs each item of `pack` packs in `a` rows, a · item +
+    j for each j < a, and that multiplies a rows an item; else None."""
+    parts = {item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
+             if store.array == product.x}
+    if None in parts or len({per_item for per_item, _ in parts}) != 1:
+        return None
+    per_item = next(iter(parts))[0]
+    if ({part for _, part in parts} != set(range(per_item))
+            or product.rows != (pack.stop if per_item == 1
+                                else BinOp("*", pack.stop, Const(per_item)))):
+        return None
+    if per_item == 1:
+        position = (Let(pack.var, Var(PACKED_ROW)),)
+    else:
+        position = (Let(pack.var, BinOp("//", Var(PACKED_ROW), Const(per_item))),
+                    Let("part", BinOp("%", Var(PACKED_ROW), Const(per_item))))
+    body = _into_tile(pack.body, product.x, others,
+                      lambda store: (None if per_item == 1 else
+                                     item_part(store.index[0], pack.var)[1]))
+    return Pack(pack, position, _live_only(body))
 
 
 def item_part(row, item):
@@ -147,3 +177,163 @@ def item_part(row, item):
             and isinstance(row.right, Const) and 0 <= part < row.right.value):
         return row.right.value, part
     return None
+
+
+def _row_per_edge(pack, product, others, element):
+    """The `Pack` of a product whose inputs `pack` packs a row per edge, at [edge - base, k]
+    inside its loop over a node's edges (`child_ptr[node]` to `child_ptr[node + 1]`), `base`
+    and the rows the product multiplies named outside the pack, the row computed from
+    that iteration's values alone; else None."""
+    bound = _bound_names(pack.body) | {pack.var}
+    edges = {_edge_loop(store.index[0], loops, bound)
+             for store, loops in _stores(pack.body) if store.array == product.x}
+    if len(edges) != 1 or None in edges or not isinstance(product.rows, Var) \
+            or product.rows.name in bound:
+        return None
+    edge, base = edges.pop()
+    body = _live_only(_edge_rows(pack.body, edge, product.x, others))
+    free = set(_names_read(body)) - _bound_names(body) - {edge.var, element, TILE_ROW}
+    if free & bound:
+        return None
+    return Pack(pack, (Let(edge.var, BinOp("+", Var(base), Var(PACKED_ROW))),), body)
+
+
+def _edge_loop(row, loops, bound):
+    """(the loop over a node's edges among `loops`, the name of the base) where `row` is
+    that loop's variable less a name not in `bound`; else None."""
+    if not (isinstance(row, BinOp) and row.operator == "-" and isinstance(row.left, Var)
+            and isinstance(row.right, Var) and row.right.name not in bound):
+        return None
+    for loop in loops:
+        if (loop.var == row.left.name and not loop.parallel and not loop.element
+                and isinstance(loop.start, Load) and loop.start.array == "child_ptr"
+                and loop.stop == Load("child_ptr", (BinOp("+", loop.start.index[0],
+                                                          Const(1)),))):
+            return loop, row.right.name
+    return None
+
+
+def _edge_rows(body, edge, array, others):
+    """What of `body` packs one edge's row of `array`: the body of `edge`, its loop over a
+    node's edges, inside the element loops and branches that hold it, storing into the tile."""
+    kept = []
+    for statement in body:
+        if statement is edge:
+            kept += _into_tile(statement.body, array, others, lambda store: None)
+        elif isinstance(statement, Loop):
+            inner = _edge_rows(statement.body, edge, array, others)
+            if inner:
+                kept.append(replace(statement, body=inner))
+        elif isinstance(statement, If):
+            inner = replace(statement, body=_edge_rows(statement.body, edge, array, others),
+                            orelse=_edge_rows(statement.orelse, edge, array, others))
+            if inner.body or inner.orelse:
+                kept.append(inner)
+    return tuple(kept)
+
+
+def _into_tile(body, array, others, part_of):
+    """`body` with its stores of `array`[row, k] made stores of `TILE`[`TILE_ROW`, k] (where
+    `part_of(store)` is a number j, only where the tile row's `part` is j), and those of the
+    arrays `others` (packed for other products) left out."""
+    rewritten = []
+    for statement in body:
+        if isinstance(statement, Store) and statement.array == array:
+            part = part_of(statement)
+            statement = replace(statement, array=TILE,
+                                index=(Var(TILE_ROW), statement.index[1]))
+            if part is not None:
+                statement = If(BinOp("==", Var("part"), Const(part)), (statement,))
+        elif isinstance(statement, Store) and statement.array in others:
+            continue
+        elif isinstance(statement, Loop):
+            statement = replace(statement, body=_into_tile(statement.body, array, others,
+                                                           part_of))
+            if not statement.body:
+                continue
+        elif isinstance(statement, If):
+            statement = replace(statement, body=_into_tile(statement.body, array, others, part_of),
+                                orelse=_into_tile(statement.orelse, array, others, part_of))
+            if not statement.body and not statement.orelse:
+                continue
+        rewritten.append(statement)
+    return tuple(rewritten)
+
+
+def _live_only(body):
+    """`body` without the `Let`s whose values no store, bound or condition needs (what a pack
+    computed for another product's inputs), and the loops and branches left empty."""
+    live = set()
+    while True:
+        needed = set(_names_read(tuple(_not_lets(body))))
+        for let in walk(body):
+            if isinstance(let, Let) and let.name in live | needed:
+                needed |= set(_names_read(let.value))
+        if needed <= live:
+            return _drop_lets(body, live)
+        live |= needed
+
+
+def _not_lets(body):
+    """The parts of `body`'s statements that are not `Let`s: stores, and the bounds and
+    conditions of its loops and branches."""
+    for statement in body:
+        if isinstance(statement, Loop):
+            yield (statement.start, statement.stop)
+            yield from _not_lets(statement.body)
+        elif isinstance(statement, If):
+            yield statement.condition
+            yield from _not_lets(statement.body + statement.orelse)
+        elif not isinstance(statement, Let):
+            yield statement
+
+
+def _drop_lets(body, live, after=frozenset()):
+    """`body` without the `Let`s of names not `live`, nor loops that store nothing and bind
+    nothing that what follows them (in `body`, then `after`) reads."""
+    kept = []
+    for index, statement in enumerate(body):
+        following = set(_names_read(body[index + 1:])) | after
+        if isinstance(statement, Let) and statement.name not in live:
+            continue
+        if isinstance(statement, Loop):
+            statement = replace(statement, body=_drop_lets(statement.body, live, following))
+            if not any(isinstance(inner, Store) for inner in walk(statement.body)) \
+                    and not _bound_names(statement.body) & following:
+                continue
+        elif isinstance(statement, If):
+            statement = replace(statement, body=_drop_lets(statement.body, live, following),
+                                orelse=_drop_lets(statement.orelse, live, following))
+            if not statement.body and not statement.orelse:
+                continue
+        kept.append(statement)
+    return tuple(kept)
+
+
+def _stores(body, loops=()):
+    """(each store in `body`, the loops around it there, innermost last)."""
+    for statement in body:
+        if isinstance(statement, Store):
+            yield statement, loops
+        elif isinstance(statement, Loop):
+            yield from _stores(statement.body, loops + (statement,))
+        elif isinstance(statement, If):
+            yield from _stores(statement.body + statement.orelse, loops)
+
+
+def _bound_names(body):
+    """The names that `body`'s `Let`s and loops bind."""
+    return ({statement.name for statement in walk(body) if isinstance(statement, Let)}
+            | {statement.var for statement in walk(body) if isinstance(statement, Loop)})
+
+
+def _names_read(node):
+    """The name of every `Var` in an ILIR statement, expression or tuple of them."""
+    if isinstance(node, tuple):
+        for item in node:
+            yield from _names_read(item)
+    elif isinstance(node, Var):
+        yield node.name
+    elif is_dataclass(node):
+        for item in fields(node):
+            yield from _names_read(getattr(node, item.name))

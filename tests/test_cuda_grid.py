@@ -63,6 +63,14 @@ def grid_of(count, model=None, warps=False, lag=0.0):
         yield
 
 
+@contextlib.contextmanager
+def tiles_of(nodes):
+    """Fused kernels compiled inside stage the inputs of `nodes` nodes a tile, at most."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codegen_cuda.plan, "TILE_NODES", (nodes, 4))
+        yield
+
+
 def check(count, model, forest, p, schedule=None, warps=False, lag=0.0):
     with grid_of(count, model, warps, lag):
         result = model.run(forest, p, backend="cuda", schedule=schedule)
@@ -181,8 +189,7 @@ def test_packs_each_block_computes_in_its_tile_on_several_blocks_equal_reference
     forest = rj.Forest.perfect(4, num_trees=3)
     p = tree_rnn_params(5, 1000, "float64", 8)
     schedule = rj.Schedule(refactor=False)
-    with grid_of(3, tree_rnn), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codegen_cuda.plan, "TILE_NODES", (8, 4))
+    with grid_of(3, tree_rnn), tiles_of(8):
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_U"}
         assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
@@ -201,8 +208,7 @@ def test_a_pack_of_a_row_per_child_each_block_computes_in_its_tile_equals_refere
     forest = rj.Forest.perfect(4, num_trees=3)
     p = tree_lstm_params(5, 1000, "float64", 11)
     schedule = rj.Schedule(refactor=False)
-    with grid_of(3, tree_lstm), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codegen_cuda.plan, "TILE_NODES", (7, 4))
+    with grid_of(3, tree_lstm), tiles_of(7):
         kernel = tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.packs.arrays == {"leaf_x_W_iou", "batch_x_U_iou", "batch_x_U_f"}
         assert "part = packed_row % 2" in kernel.source
@@ -234,8 +240,7 @@ def test_a_pack_of_a_row_per_edge_each_block_computes_in_its_tile_equals_referen
                                     (15, (16, 17, 18))] * 3)
     p = make_params(5, 1000, "float64", 12)
     schedule = rj.Schedule(refactor=False)
-    with grid_of(3, model), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(codegen_cuda.plan, "TILE_NODES", (4, 4))
+    with grid_of(3, model), tiles_of(4):
         kernel = model.compile(forest, p, "cuda", schedule).backend_kernel
         assert any(array.startswith("batch_x_child_") for array in kernel.plan.packs.arrays)
         assert "edge = edge_base + packed_row" in kernel.source

@@ -27,10 +27,10 @@ A pack loop P followed by a barrier B and products is *packed per block* when
 - and taking B for a block barrier turns no other barrier's reasoning (`units.UnitSplit`)
   from a block's into the grid's.
 """
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Const, If, Let, Load, Loop, MatMul, Store,
-                             Var, walk)
+                             Var, nodes, walk)
 from .units import barrier_positions, element_extent, loads, written_by
 
 # The fused kernel's shared array that the products stage their inputs through, the row of it
@@ -145,7 +145,7 @@ def _candidate(body, index, widths, readers, tile_columns):
 def _rows_per_item(pack, product, others):
     """The `Pack` of a product whose inputs each item of `pack` packs in `a` rows, a · item +
     j for each j < a, and that multiplies a rows an item; else None."""
-    parts = {item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
+    parts = {_item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
              if store.array == product.x}
     if None in parts or len({per_item for per_item, _ in parts}) != 1:
         return None
@@ -161,11 +161,11 @@ def _rows_per_item(pack, product, others):
                     Let("part", BinOp("%", Var(PACKED_ROW), Const(per_item))))
     body = _into_tile(pack.body, product.x, others,
                       lambda store: (None if per_item == 1 else
-                                     item_part(store.index[0], pack.var)[1]))
+                                     _item_part(store.index[0], pack.var)[1]))
     return Pack(pack, position, _live_only(body))
 
 
-def item_part(row, item):
+def _item_part(row, item):
     """(a, j) where `row` is a · `item` + j, the variable `item` times a constant a and plus
     a constant j (a = 1, j = 0: the item itself); else None."""
     if row == Var(item):
@@ -220,14 +220,9 @@ def _edge_rows(body, edge, array, others):
     for statement in body:
         if statement is edge:
             kept += _into_tile(statement.body, array, others, lambda store: None)
-        elif isinstance(statement, Loop):
-            inner = _edge_rows(statement.body, edge, array, others)
-            if inner:
-                kept.append(replace(statement, body=inner))
-        elif isinstance(statement, If):
-            inner = replace(statement, body=_edge_rows(statement.body, edge, array, others),
-                            orelse=_edge_rows(statement.orelse, edge, array, others))
-            if inner.body or inner.orelse:
+        elif isinstance(statement, (Loop, If)):
+            inner = _with_bodies(statement, lambda body: _edge_rows(body, edge, array, others))
+            if inner is not None:
                 kept.append(inner)
     return tuple(kept)
 
@@ -246,18 +241,23 @@ def _into_tile(body, array, others, part_of):
                 statement = If(BinOp("==", Var("part"), Const(part)), (statement,))
         elif isinstance(statement, Store) and statement.array in others:
             continue
-        elif isinstance(statement, Loop):
-            statement = replace(statement, body=_into_tile(statement.body, array, others,
-                                                           part_of))
-            if not statement.body:
-                continue
-        elif isinstance(statement, If):
-            statement = replace(statement, body=_into_tile(statement.body, array, others, part_of),
-                                orelse=_into_tile(statement.orelse, array, others, part_of))
-            if not statement.body and not statement.orelse:
+        elif isinstance(statement, (Loop, If)):
+            statement = _with_bodies(statement,
+                                     lambda body: _into_tile(body, array, others, part_of))
+            if statement is None:
                 continue
         rewritten.append(statement)
     return tuple(rewritten)
+
+
+def _with_bodies(statement, rewrite):
+    """`statement`, a loop or a branch, with `rewrite` applied to its statements; None where
+    it leaves none."""
+    if isinstance(statement, Loop):
+        body = rewrite(statement.body)
+        return replace(statement, body=body) if body else None
+    body, orelse = rewrite(statement.body), rewrite(statement.orelse)
+    return replace(statement, body=body, orelse=orelse) if body or orelse else None
 
 
 def _live_only(body):
@@ -293,18 +293,16 @@ def _drop_lets(body, live, after=frozenset()):
     nothing that what follows them (in `body`, then `after`) reads."""
     kept = []
     for index, statement in enumerate(body):
-        following = set(_names_read(body[index + 1:])) | after
         if isinstance(statement, Let) and statement.name not in live:
             continue
-        if isinstance(statement, Loop):
-            statement = replace(statement, body=_drop_lets(statement.body, live, following))
-            if not any(isinstance(inner, Store) for inner in walk(statement.body)) \
-                    and not _bound_names(statement.body) & following:
-                continue
-        elif isinstance(statement, If):
-            statement = replace(statement, body=_drop_lets(statement.body, live, following),
-                                orelse=_drop_lets(statement.orelse, live, following))
-            if not statement.body and not statement.orelse:
+        if isinstance(statement, (Loop, If)):
+            following = set(_names_read(body[index + 1:])) | after
+            statement = _with_bodies(statement,
+                                     lambda inner: _drop_lets(inner, live, following))
+            if statement is None or (
+                    isinstance(statement, Loop)
+                    and not any(isinstance(inner, Store) for inner in walk(statement.body))
+                    and not _bound_names(statement.body) & following):
                 continue
         kept.append(statement)
     return tuple(kept)
@@ -323,17 +321,10 @@ def _stores(body, loops=()):
 
 def _bound_names(body):
     """The names that `body`'s `Let`s and loops bind."""
-    return ({statement.name for statement in walk(body) if isinstance(statement, Let)}
-            | {statement.var for statement in walk(body) if isinstance(statement, Loop)})
+    return {statement.name if isinstance(statement, Let) else statement.var
+            for statement in walk(body) if isinstance(statement, (Let, Loop))}
 
 
 def _names_read(node):
     """The name of every `Var` in an ILIR statement, expression or tuple of them."""
-    if isinstance(node, tuple):
-        for item in node:
-            yield from _names_read(item)
-    elif isinstance(node, Var):
-        yield node.name
-    elif is_dataclass(node):
-        for item in fields(node):
-            yield from _names_read(getattr(node, item.name))
+    return (variable.name for variable in nodes(node, Var))

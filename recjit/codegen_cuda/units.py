@@ -22,10 +22,10 @@ block that runs ahead may overwrite what the products of another still read: eac
 state (written once, a node's), a field (never written), or an array that nothing writes on
 any path from the barrier to the next that is surely the grid's (TreeGRU's packed inputs,
 rewritten in the next batch only after the grid has met)."""
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
-                             Store, Var, walk)
+                             Store, Var, nodes, walk)
 
 
 def element_extent(body):
@@ -288,15 +288,7 @@ def _read(expressions, reads, loop):
 
 def loads(node):
     """Every `Load` in an ILIR statement, expression or tuple of them."""
-    if isinstance(node, tuple):
-        for item in node:
-            yield from loads(item)
-    elif isinstance(node, Load):
-        yield node
-        yield from loads(node.index)
-    elif is_dataclass(node):
-        for item in fields(node):
-            yield from loads(getattr(node, item.name))
+    return nodes(node, Load)
 
 
 def _read_units(loop, load):

@@ -172,6 +172,19 @@ def walk(body):
             yield from walk(statement.orelse)
 
 
+def nodes(node, kind):
+    """Every instance of `kind` in an ILIR statement, expression or tuple of them, each before
+    those it holds."""
+    if isinstance(node, tuple):
+        for item in node:
+            yield from nodes(item, kind)
+    elif is_dataclass(node):
+        if isinstance(node, kind):
+            yield node
+        for item in fields(node):
+            yield from nodes(getattr(node, item.name), kind)
+
+
 def substitute(node, replacements):
     """`node` (a statement, an expression or a tuple of them) with every expression that is a
     key of `replacements` replaced by its value."""

@@ -9,8 +9,7 @@ from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError
 from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
-from .lowering import (barriers_per_batch, choose_schedule, lower, print_kernel,
-                       refactor_trade)
+from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
 from .params import WithContext, shape_and_dtype
@@ -179,8 +178,8 @@ class RecursiveModel:
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
                     barriers = backend_barriers(backend, schedule, key[2])
-                    chosen = choose_schedule(cell, schedule, backend, self.kind, self.arity,
-                                             barriers)
+                    chosen, trade = choose_schedule(cell, schedule, backend, self.kind,
+                                                    self.arity, barriers)
 
                     def compile_schedule(chosen):
                         kernel = lower(cell, chosen)
@@ -188,8 +187,8 @@ class RecursiveModel:
                         return Compiled(cell, chosen, kernel, backend_kernel(
                             backend, kernel, fast_math, chosen, key[2]))
 
-                    entry = (ByForest(refactor_trade(cell, chosen, barriers), chosen,
-                                      compile_schedule) if chosen.refactor is None
+                    entry = (ByForest(trade, chosen, compile_schedule)
+                             if chosen.refactor is None
                              else compile_schedule(chosen))
                     self._compiled[key] = entry
         return entry

@@ -1,8 +1,8 @@
 """Lowering: the cell IR → the ILIR kernel with its schedule, and a printer for it."""
-from .choose import barriers_per_batch, choose_schedule, internal_barriers, refactor_trade
+from .choose import barriers_per_batch, choose_schedule, internal_barriers
 from .ilir import Kernel
 from .lower import lower
 from .printer import print_kernel
 
 __all__ = ["Kernel", "barriers_per_batch", "choose_schedule", "internal_barriers", "lower",
-           "print_kernel", "refactor_trade"]
+           "print_kernel"]

@@ -21,17 +21,18 @@ MARGIN = 3
 
 
 def choose_schedule(cell, schedule, backend, kind, arity, barriers=None):
-    """`schedule` with every field decided: what the user set stands, the rest is chosen;
+    """(`schedule` with every field decided, what refactoring trades where the compiler
+    chose: a `RefactorTrade`, else None). What the user set stands, the rest is chosen;
     `refactor` stays None where each forest decides (`RefactorTrade.pays_for`). `barriers`:
     the barriers an internal batch of a lowered kernel crosses as the backend runs it
     (`refactor_trade`)."""
     if schedule.unroll > 1 and kind == "dag":
         raise ScheduleError(f"Schedule.unroll={schedule.unroll} applies to trees and sequences: "
                             "a DAG node reached from two parents would be computed twice")
-    if schedule.refactor is None:
-        schedule = schedule.but(refactor=_refactoring_pays(
-            cell, refactor_trade(cell, schedule, barriers), backend, arity))
-    return schedule
+    if schedule.refactor is not None:
+        return schedule, None
+    trade = refactor_trade(cell, schedule, barriers)
+    return schedule.but(refactor=_refactoring_pays(cell, trade, backend, arity)), trade
 
 
 def _refactoring_pays(cell, trade, backend, arity):

@@ -51,6 +51,11 @@ class Schedule:
       tile at a time, with a block barrier, not a grid barrier, before the product
       (`codegen_cuda/packs.py`); `False`: the grid packs them into global memory and meets
       before the product (the ablation baseline).
+    - `node_ranges` (CUDA, fused, with `split_units`): a batch of many nodes is split in ranges
+      of nodes as well as in units, each block computing one group of units of one range, so
+      that the grid reads each node's inputs once per group, not once per block
+      (`codegen_cuda/ranges.py`); `False`: every block multiplies every node of the batch
+      for its own units (the ablation baseline).
     - `unroll` (trees and sequences): the recursion unrolled to this depth: one work item (a
       CPU thread, a CUDA block) computes a node and its descendants up to `unroll - 1` levels
       down, one after another, so a batch covers `unroll` heights with no grid barrier
@@ -81,6 +86,7 @@ class Schedule:
     stage_products: bool = True
     row_groups: bool = True
     block_packs: bool = True
+    node_ranges: bool = True
     unroll: int = 1
     refactor: bool = None
     fast_math: bool = True

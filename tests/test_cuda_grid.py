@@ -71,6 +71,15 @@ def tiles_of(nodes):
         yield
 
 
+@contextlib.contextmanager
+def balance_of(value):
+    """Fused kernels compiled inside split a batch's nodes in ranges as though each node's
+    input column stood for `value` weight elements (few: many ranges at small batches)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codegen_cuda.ranges, "balance", lambda *_: value)
+        yield
+
+
 def check(count, model, forest, p, schedule=None, warps=False, lag=0.0):
     with grid_of(count, model, warps, lag):
         result = model.run(forest, p, backend="cuda", schedule=schedule)
@@ -117,18 +126,19 @@ def test_dag_rnn_on_several_blocks_equals_reference():
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
        split_units=st.booleans(), row_groups=st.booleans(), block_packs=st.booleans(),
-       unroll=st.integers(1, 3),
+       node_ranges=st.booleans(), unroll=st.integers(1, 3),
        refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
        seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
                                                            split_units, row_groups,
-                                                           block_packs, unroll,
+                                                           block_packs, node_ranges, unroll,
                                                            refactor, specialize, data, seed):
+    """Hidden size 3: a balance of 3 or so, so batches of 2 nodes or more split in ranges."""
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
     schedule = rj.Schedule(persistence=persistence, split_units=split_units,
-                           row_groups=row_groups, block_packs=block_packs, unroll=unroll,
-                           refactor=refactor,
+                           row_groups=row_groups, block_packs=block_packs,
+                           node_ranges=node_ranges, unroll=unroll, refactor=refactor,
                            specialize=specialize)
     check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
           schedule, lag=LAG)
@@ -193,7 +203,7 @@ def test_packs_each_block_computes_in_its_tile_on_several_blocks_equal_reference
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_U"}
         assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
-        assert "multiply_tile(shared_p_U, " in kernel.source
+        assert "multiply_tile((shared_p_U if ranges == 1 else p_U), " in kernel.source
         assert "batch_x_W" not in kernel.source.split("def scratch_shapes")[1]
         assert "packs the inputs of batch_x_U, batch_x_W into its tile" in kernel.describe()
         check(3, tree_rnn, forest, p, schedule, warps=warps, lag=LAG)
@@ -286,3 +296,59 @@ def test_lagging_blocks_expose_a_block_barrier_where_blocks_read_each_others_row
         except OverflowError:
             return
     assert not np.allclose(root, tree_lstm.reference(forest, p).roots[0])
+
+
+# Forests whose batches 6 blocks split in several ranges at a balance of 4:
+# (model, its parameters, a forest).
+RANGED = {"tree_fc": (tree_fc, tree_fc_params, rj.Forest.perfect(4, num_trees=3)),
+          "tree_lstm": (tree_lstm, tree_lstm_params, rj.Forest.perfect(4, num_trees=3)),
+          "tree_gru": (tree_gru, tree_gru_params, rj.Forest.from_nested(
+              [((1, 2, 3), (4, 5), 6), (((7, 8), 9, 10), 11, (12, 13, 14))] * 2)),
+          "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params, rj.Forest.from_nested(
+              [((1, 2, 3), (4, 5), 6), (((7, 8), 9, 10), 11, (12, 13, 14))] * 2))}
+
+
+@pytest.mark.parametrize("name", sorted(RANGED))
+def test_batches_split_in_ranges_of_nodes_on_several_blocks_equal_reference(name):
+    """At a balance of 4 on 6 blocks, a batch of 12 nodes is 4 ranges of 3 nodes, each
+    range's 5 units on one block (two blocks idle); 6 nodes, 3 ranges of 2, units in groups
+    of 3 and 2; 3 nodes, 2 ranges, units in groups of 2, 2 and 1. TreeFC and TreeLSTM
+    multiply a row per node and a row per child, the child-sum models a row per edge (whose
+    ranges follow the nodes'); tiles of 2 nodes, and the blocks lag after block barriers."""
+    model, make_params, forest = RANGED[name]
+    p = make_params(5, 1000, "float64", 13)
+    with grid_of(6, model), tiles_of(2), balance_of(4):
+        kernel = model.compile(forest, p, "cuda").backend_kernel
+        assert kernel.plan.ranges.products and "ranges = node_ranges(count, 4)" in kernel.source
+        assert "ranges of nodes" in kernel.describe()
+        check(6, model, forest, p, lag=LAG)
+
+
+def test_a_dag_rnn_batch_split_in_ranges_reads_the_hoisted_products_of_every_unit():
+    """DAG-RNN's hoisted products of W · x are split by units over every block; its ranged
+    batches read each node's at the units of the block's group, which the grid met on."""
+    forest = grids(3, 5, 4, 4, dtype="float64", seed=3)
+    p = dag_rnn_params(5, dtype="float64", seed=3)
+    with grid_of(6, dag_rnn), balance_of(2):
+        assert dag_rnn.compile(forest, p, "cuda").backend_kernel.plan.ranges.products
+        check(6, dag_rnn, forest, p, lag=LAG)
+
+
+def test_refactored_products_leave_the_batches_unranged():
+    """A parent reads its children's refactored products in the next batch, computed for
+    the children's ranges, not its own: those batches split the units alone."""
+    forest, _ = STRUCTURES["binary"]
+    p = tree_lstm_params(5, VOCAB, "float64", 14)
+    with grid_of(3, tree_lstm), balance_of(1):
+        kernel = tree_lstm.compile(forest, p, "cuda", rj.Schedule(refactor=True)).backend_kernel
+        assert not kernel.plan.ranges.products and "node_ranges(" not in kernel.source
+
+
+def test_without_node_ranges_every_block_multiplies_every_node_of_a_batch():
+    forest = rj.Forest.perfect(3, num_trees=2)
+    p = tree_fc_params(5, 1000, "float64", 15)
+    schedule = rj.Schedule(node_ranges=False)
+    with grid_of(3, tree_fc), balance_of(1):
+        kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
+        assert "node_ranges(" not in kernel.source and "units_plan(" in kernel.source
+    check(3, tree_fc, forest, p, schedule)

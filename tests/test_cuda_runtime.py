@@ -9,8 +9,9 @@ import pytest
 from numba import cuda, float64
 
 from recjit.codegen_cuda.runtime import (first_row, load_rows, load_unit_rows, matmul_kernel,
-                                         matmul_rows, matmul_units, multiply_staged,
-                                         owned_rows, owned_units)
+                                         matmul_range, matmul_rows, matmul_units,
+                                         multiply_staged, node_ranges, owned_rows, owned_units,
+                                         range_share)
 
 WEIGHT_ROWS, COLUMNS, NODES = 13, 7, 5
 # Two warps per block, so that warps share a block's outputs.
@@ -141,4 +142,52 @@ def test_a_block_computes_the_rows_its_units_read(blocks, columns, sliced):
     y = np.full((blocks, NODES, GATED_ROWS), np.nan)
     gathered = np.full((NODES, GATED_ROWS), np.nan)
     product_by_units(sliced, columns)[blocks, THREADS](weight, x, y, gathered, NODES)
+    np.testing.assert_allclose(gathered, x @ weight.T, rtol=1e-12)
+
+
+def product_by_ranges(balance, columns):
+    """Each block computes its units' rows of its range of nodes into y[block] alone, then
+    reads back, from there only, those rows into `gathered`, counting in `owners` the blocks
+    that read each (node, unit) and noting the ranges in `used`."""
+    @cuda.jit
+    def product(weight, x, y, gathered, owners, used, rows):
+        block = cuda.blockIdx.x
+        tile = cuda.shared.array((TILE_NODES, columns), float64)
+        ranges = node_ranges(rows, balance)
+        unit_begin, units, first_node, nodes = range_share(UNITS, rows, ranges)
+        matmul_range(weight, False, UNITS, weight.shape[0], unit_begin, units, first_node, x,
+                     y[block], nodes, tile, 1)
+        cuda.syncthreads()
+        for item in range(cuda.threadIdx.x, nodes * units, cuda.blockDim.x):
+            s = first_node + item // units
+            unit = unit_begin + item % units
+            owners[s, unit] += 1
+            for gate in range(GATED_ROWS // UNITS):
+                gathered[s, gate * UNITS + unit] = y[block, s, gate * UNITS + unit]
+        used[block] = ranges
+    return product
+
+
+def expected_ranges(blocks, count, balance):
+    """One, or the most r up to the blocks and the nodes with r² · balance ≤ blocks · count."""
+    return max([1] + [r for r in range(2, min(blocks, count) + 1)
+                      if r * r * balance <= blocks * count])
+
+
+@pytest.mark.parametrize("balance", [1, 2, 4, 100])
+@pytest.mark.parametrize("blocks", [1, 2, 3, 6, 7])
+def test_a_block_computes_the_rows_its_units_read_for_its_range_of_nodes(blocks, balance):
+    """A batch of 5 nodes in r ranges, the 4 units of each over ⌊blocks / r⌋ blocks: on 6
+    blocks, balance 1 gives 5 ranges on one block each (one block idle), 2 gives 3 ranges of
+    2, 2 and 1 nodes on 2 blocks each (units 2 and 2), 4 gives 2 ranges on 3 blocks (units
+    2, 2 and none), 100 one range, the units alone split. Every (node, unit) is one block's."""
+    weight, x = operands(300 + blocks, 9)
+    weight = weight[:GATED_ROWS]
+    y = np.full((blocks, NODES, GATED_ROWS), np.nan)
+    gathered = np.full((NODES, GATED_ROWS), np.nan)
+    owners = np.zeros((NODES, UNITS), np.int64)
+    used = np.zeros(blocks, np.int64)
+    product_by_ranges(balance, 9)[blocks, THREADS](weight, x, y, gathered, owners, used, NODES)
+    np.testing.assert_array_equal(used, expected_ranges(blocks, NODES, balance))
+    np.testing.assert_array_equal(owners, 1)
     np.testing.assert_allclose(gathered, x @ weight.T, rtol=1e-12)

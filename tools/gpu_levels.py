@@ -101,8 +101,8 @@ def main():
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="default",
                         help="comma-separated: default, unrefactored, refactored, unpersistent, "
-                        "unsplit, unstaged, ungrouped, gridpacked (unrefactored, the grid "
-                        "packing)")
+                        "unsplit, unstaged, ungrouped, unranged, gridpacked (unrefactored, "
+                        "the grid packing)")
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
@@ -110,6 +110,7 @@ def main():
                 "refactored": {"refactor": True},
                 "unpersistent": {"persistence": False}, "unsplit": {"split_units": False},
                 "unstaged": {"stage_products": False}, "ungrouped": {"row_groups": False},
+                "unranged": {"node_ranges": False},
                 "gridpacked": {"block_packs": False, "refactor": False}}
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]

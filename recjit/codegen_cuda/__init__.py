@@ -104,6 +104,11 @@ class CudaKernel:
                      f"{', '.join(sorted(plan.split.weights))} that its own elementwise ops "
                      f"read: {local} of a batch's {_count(barriers, 'barrier')} "
                      f"{'synchronizes' if local == 1 else 'synchronize'} a block only")
+        if plan.ranges.products:
+            text += ("; a batch's nodes are split in ranges of nodes too, r of them, the most "
+                     f"with r² · {plan.ranges.balance} ≤ blocks · nodes, each range's units "
+                     "over the blocks the grid has for it (at r > 1 the products read the "
+                     "weights through L2)")
         if plan.persistent:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in plan.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"

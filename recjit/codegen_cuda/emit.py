@@ -23,6 +23,7 @@ from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Le
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
 from .packs import NO_PACKS, PACKED_ROW, TILE
+from .ranges import NO_RANGES
 from .units import NO_SPLIT, element_extent
 
 MATH = '''
@@ -41,16 +42,19 @@ expression = PythonExpressions(CALLS)
 class Emitter:
     """Source lines for the statements of one device function; `split`: the hidden units the
     fused kernel's blocks split (a `units.UnitSplit`, empty where they split none); `packs`:
-    the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`)."""
+    the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`);
+    `ranges`: the statements of a batch whose nodes the blocks split in ranges too
+    (`ranges.NodeRanges`)."""
 
     def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset(), packs=NO_PACKS,
-                 tile_nodes=0):
+                 tile_nodes=0, ranges=NO_RANGES):
         self.lines = []
         self.persistent = persistent
         self.split = split
         self.row_groups = row_groups
         self.packs = packs
         self.tile_nodes = tile_nodes
+        self.ranges = ranges
 
     def statements(self, body, depth, extent=None):
         for index, statement in enumerate(body):
@@ -75,6 +79,8 @@ class Emitter:
             self.statements(statement.body, depth + 1, extent)
         elif isinstance(statement, Let):
             self.lines.append(f"{pad}{statement.name} = {expression.bound(statement.value)}")
+            if id(statement) == self.ranges.after:
+                self.batch_share(statement.name, pad)
         elif isinstance(statement, Store):
             self.lines.append(f"{pad}{statement.array}[{expression.index(statement.index)}] = "
                               f"{expression.bound(statement.value)}")
@@ -84,7 +90,8 @@ class Emitter:
         elif isinstance(statement, MatMul) and id(statement) in self.packs.products:
             self.packed_product(statement, self.packs.products[id(statement)], depth)
         elif isinstance(statement, MatMul):
-            call = matmul_call(statement, self.persistent, self.split, self.row_groups)
+            call = matmul_call(statement, self.persistent, self.split, self.row_groups,
+                               self.ranges.products.get(id(statement)))
             self.lines.append(f"{pad}turn = {call}")
         elif isinstance(statement, Barrier):
             self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
@@ -99,7 +106,12 @@ class Emitter:
         pad = "    " * depth
         extent, element = element_extent(loop.body)
         count = expression(loop.stop)
-        if self.split.loop_units(loop):
+        if id(loop) in self.ranges.loops:
+            items = "range(cuda.threadIdx.x, nodes * units, cuda.blockDim.x)"
+            self.lines += [f"{pad}for item in {items}:",
+                           f"{pad}    {loop.var} = first_node + item // units",
+                           f"{pad}    {element} = unit_begin + item % units"]
+        elif self.split.loop_units(loop):
             items = f"range(cuda.threadIdx.x, {count} * units, cuda.blockDim.x)"
             self.lines += [f"{pad}unit_begin, units = owned_units({extent})",
                            f"{pad}for item in {items}:",
@@ -113,28 +125,37 @@ class Emitter:
                            f"{pad}    {element} = item % {extent}"]
         self.statements(loop.body, depth + 1, extent)
 
+    def batch_share(self, count, pad):
+        """After a ranged batch's node count: its ranges, and this block's units and nodes
+        of it (`runtime.node_ranges`, `runtime.range_share`)."""
+        share = f"range_share({self.ranges.units}, {count}, ranges)"
+        self.lines += [f"{pad}# the ranges of this batch's nodes, and this block's share of it",
+                       f"{pad}ranges = node_ranges({count}, {self.ranges.balance})",
+                       f"{pad}unit_begin, units, first_node, nodes = {share}"]
+
     def packed_product(self, product, pack, depth):
         """A product whose inputs the `packs.Pack` `pack` computes: each block packs its
         share's rows into its tile itself, a tile at a time, and multiplies them from there;
         a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
         extent, element = element_extent(pack.loop.body)
+        ranged = self.ranges.products.get(id(product))
         kind, operand, share = product_share(product, self.persistent, self.split,
-                                             self.row_groups)
+                                             self.row_groups, ranged)
         capacity = self.tile_nodes
-        plan = f"{kind}_plan({', '.join(share)}, {expression.bound(product.rows)})"
+        plan = f"{kind}_plan({', '.join(share)})"
         items = f"range(cuda.threadIdx.x, tile_rows * {extent}, cuda.blockDim.x)"
         multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
-                    f"{extent}, {product.y}[first_node + tile_first:], turn)")
+                    f"{extent}, {product.y}[first_input + tile_first:], turn)")
         self.lines += [
             f"{pad}# each block packs its nodes' inputs of {product.x} in {TILE} itself",
-            f"{pad}weight_rows, y_rows, held, first_node, nodes = {plan}",
-            f"{pad}tiles = (nodes + {capacity - 1}) // {capacity} if held > 0 else 0",
+            f"{pad}weight_rows, y_rows, held, first_input, inputs = {plan}",
+            f"{pad}tiles = (inputs + {capacity - 1}) // {capacity} if held > 0 else 0",
             f"{pad}for step in range(tiles):",
-            f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, nodes)",
+            f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, inputs)",
             f"{pad}    for item in {items}:",
             f"{pad}        tile_row = item // {extent}",
-            f"{pad}        {PACKED_ROW} = first_node + tile_first + tile_row"]
+            f"{pad}        {PACKED_ROW} = first_input + tile_first + tile_row"]
         self.statements(pack.position, depth + 2, extent)
         self.lines.append(f"{pad}        {element} = item % {extent}")
         self.statements(pack.body, depth + 2, extent)
@@ -213,29 +234,41 @@ def has_items_per_block(body):
                for statement in body)
 
 
-def product_share(product, persistent, split, row_groups):
-    """How the blocks split a product: (`rows`, `units` or `row_groups`, the weight operand,
-    the arguments that say the block's share before the product's own): by rows, on the
-    weight itself or on this block's slice in shared memory; by units where the blocks
-    split the units; in groups for a weight of `row_groups`."""
+def product_share(product, persistent, split, row_groups, ranged=None):
+    """How the blocks split a product: (`rows`, `units`, `range` or `row_groups`, the
+    weight operand, the arguments that say the block's share, the product's rows last): by
+    rows, on the weight itself or on this block's slice in shared memory; by units where the
+    blocks split the units; by units and ranges of nodes where the batch is ranged
+    (`ranged`, the product's `ranges.InputRows`: the slice serves one range only); in groups
+    for a weight of `row_groups`."""
     weight = product.weight
     sliced = weight in persistent  # never a weight of `row_groups`
+    whole = expression.matmul_operands(product)[0]
     operand = expression.matmul_operands(product, f"shared_{weight}" if sliced else None)[0]
     rows = f"{weight}.shape[0]"
+    count = expression.bound(product.rows)
     if weight in row_groups:
-        return "row_groups", operand, [rows]
+        return "row_groups", operand, [rows, count]
+    if ranged is not None:
+        if sliced:
+            operand, sliced = f"({operand} if ranges == 1 else {whole})", "ranges == 1"
+        return "range", operand, [str(sliced), str(split.arrays[product.y]), rows,
+                                  "unit_begin", "units", expression.bound(ranged.first()),
+                                  expression.bound(ranged.count())]
     if product.y in split.arrays:
-        return "units", operand, [str(sliced), str(split.arrays[product.y]), rows]
-    return "rows", operand, [f"first_row({rows})" if sliced else "0", rows]
+        return "units", operand, [str(sliced), str(split.arrays[product.y]), rows, count]
+    return "rows", operand, [f"first_row({rows})" if sliced else "0", rows, count]
 
 
-def matmul_call(product, persistent, split, row_groups):
-    """`matmul_rows`, `matmul_units` or `matmul_row_groups` (`product_share`), staging the
-    inputs through `TILE`; it returns the warp whose turn it is next (`runtime.multiply`)."""
-    kind, operand, share = product_share(product, persistent, split, row_groups)
+def matmul_call(product, persistent, split, row_groups, ranged=None):
+    """`matmul_rows`, `matmul_units`, `matmul_range` or `matmul_row_groups`
+    (`product_share`), staging the inputs through `TILE`; it returns the warp whose turn it
+    is next (`runtime.multiply`)."""
+    kind, operand, share = product_share(product, persistent, split, row_groups, ranged)
     _, x, y = expression.matmul_operands(product)
-    return (f"matmul_{kind}({operand}, {', '.join(share)}, {x}, {y}, "
-            f"{expression.bound(product.rows)}, {TILE}, turn)")
+    *before, count = share
+    return (f"matmul_{kind}({operand}, {', '.join(before)}, {x}, {y}, {count}, {TILE}, "
+            "turn)")
 
 
 @dataclass(frozen=True)
@@ -330,9 +363,10 @@ def _jit(fast_math, launch_bound):
     return f"@cuda.jit(fastmath={fast_math}, cache=True{bound})"
 
 
-RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_rows",
-                 "matmul_row_groups", "matmul_units", "multiply_tile", "owned_units",
-                 "row_groups_plan", "rows_plan", "tile_span", "units_plan")
+RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_range", "matmul_rows",
+                 "matmul_row_groups", "matmul_units", "multiply_tile", "node_ranges",
+                 "owned_units", "range_plan", "range_share", "row_groups_plan", "rows_plan",
+                 "tile_span", "units_plan")
 
 
 def emit_fused(kernel, fast_math, header, plan, launch_bound):
@@ -359,7 +393,8 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
             body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
                         if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
         body.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent, split, plan.row_groups, packs, tile[0] if tile else 0)
+    emitter = Emitter(persistent, split, plan.row_groups, packs, tile[0] if tile else 0,
+                      plan.ranges)
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]

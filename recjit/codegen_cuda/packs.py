@@ -145,7 +145,7 @@ def _candidate(body, index, widths, readers, tile_columns):
 def _rows_per_item(pack, product, others):
     """The `Pack` of a product whose inputs each item of `pack` packs in `a` rows, a · item +
     j for each j < a, and that multiplies a rows an item; else None."""
-    parts = {_item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
+    parts = {item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
              if store.array == product.x}
     if None in parts or len({per_item for per_item, _ in parts}) != 1:
         return None
@@ -161,11 +161,11 @@ def _rows_per_item(pack, product, others):
                     Let("part", BinOp("%", Var(PACKED_ROW), Const(per_item))))
     body = _into_tile(pack.body, product.x, others,
                       lambda store: (None if per_item == 1 else
-                                     _item_part(store.index[0], pack.var)[1]))
+                                     item_part(store.index[0], pack.var)[1]))
     return Pack(pack, position, _live_only(body))
 
 
-def _item_part(row, item):
+def item_part(row, item):
     """(a, j) where `row` is a · `item` + j, the variable `item` times a constant a and plus
     a constant j (a = 1, j = 0: the item itself); else None."""
     if row == Var(item):

@@ -1,7 +1,8 @@
 """How a fused kernel uses its blocks and their shared memory, decided from the ILIR, the
 weights' shapes and the grid's size before any source is generated: which products split in
 row groups, which weights each block keeps on chip, the tile the products stage their inputs
-through, the packs each block computes itself and the units the blocks split. The emitter
+through, the packs each block computes itself, the units the blocks split and the batches
+whose nodes they split in ranges too. The emitter
 writes the plan down; the refactoring choice reads the grid barriers it leaves
 (`grid_barriers_per_batch`)."""
 from dataclasses import dataclass
@@ -13,6 +14,7 @@ from ..lowering.ilir import MatMul, walk
 from . import runtime
 from .emit import batch_weights
 from .packs import NO_PACKS, BlockPacks, block_packs
+from .ranges import NO_RANGES, NodeRanges, node_ranges
 from .units import UnitSplit, split_units
 
 # The nodes whose inputs a fused kernel's products stage in shared memory at a time: at most
@@ -31,13 +33,15 @@ class LaunchPlan:
     shared array the products stage their inputs through (`UNUSED_TILE`: they read them
     directly; None: the kernel multiplies nothing); `packs`: the packs each block computes
     into its tile (`packs.BlockPacks`); `split`: the units the blocks split, knowing the
-    packs' barriers are a block's (`units.UnitSplit`)."""
+    packs' barriers are a block's (`units.UnitSplit`); `ranges`: the batch statements whose
+    nodes the blocks split in ranges too (`ranges.NodeRanges`)."""
 
     row_groups: frozenset
     persistent: dict
     tile: tuple
     packs: BlockPacks
     split: UnitSplit
+    ranges: NodeRanges = NO_RANGES
 
 
 def weights_to_keep(kernel, row_groups):
@@ -56,7 +60,8 @@ def plan_launch(kernel, schedule, weight_shapes, blocks, shared_bytes):
     packs, split = NO_PACKS, unit_split
     if schedule.block_packs and tile and tile != UNUSED_TILE:
         packs, split = block_packs(kernel, unit_split, tile[1])
-    return LaunchPlan(row_groups, persistent, tile, packs, split)
+    ranges = node_ranges(kernel, split, weight_shapes) if schedule.node_ranges else NO_RANGES
+    return LaunchPlan(row_groups, persistent, tile, packs, split, ranges)
 
 
 def grid_barriers_per_batch(kernel, plan):

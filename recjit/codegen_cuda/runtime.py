@@ -9,6 +9,9 @@ A weight's rows are split over the grid's blocks, for the whole launch, in one o
   grid barrier between the two (`codegen_cuda/units.py`);
 - in groups, for a weight of fewer rows than four a block: four rows a group, and each
   group's nodes in ranges over the blocks that share it (`matmul_row_groups`).
+By units, a large batch's nodes are split in ranges too, and the units in groups, a block
+taking a group's rows of a range's nodes (`range_share`, `matmul_range`,
+`codegen_cuda/ranges.py`).
 Each product computes only the owned rows, so a persistent kernel can keep them in shared
 memory (`load_rows`, `load_unit_rows`) and read them from there in every batch. A block's
 owned rows are its local rows 0, 1, ...; a map (run, stride, first) says which row each
@@ -325,6 +328,44 @@ def units_plan(sliced, units, num_rows, rows):
     return ((held, 0, 0) if sliced else y_rows), y_rows, held, 0, rows
 
 
+@cuda.jit(device=True, inline=True)
+def node_ranges(count, balance):
+    """The ranges of nodes the grid splits a batch of `count` nodes in: the most r, up to
+    the blocks and the nodes, with r² · `balance` ≤ blocks · count (`codegen_cuda/ranges.py`).
+    The same in every thread of the grid."""
+    blocks = cuda.gridDim.x
+    ranges = 1
+    while (ranges < min(blocks, count)
+           and (ranges + 1) * (ranges + 1) * balance <= blocks * count):
+        ranges += 1
+    return ranges
+
+
+@cuda.jit(device=True, inline=True)
+def range_share(units, count, ranges):
+    """(first unit, units, first node, nodes) of this block's share of a batch of `count`
+    nodes split in `ranges` ranges, and `units` hidden units in as many groups as the grid
+    has blocks for each range: block b takes group b mod groups of range b // groups (at one
+    range, `owned_units` and every node). Blocks past the last range take none."""
+    groups = cuda.gridDim.x // ranges
+    group, node_range = cuda.blockIdx.x % groups, cuda.blockIdx.x // groups
+    units_a_group = (units + groups - 1) // groups
+    nodes_a_range = (count + ranges - 1) // ranges
+    unit_begin, first_node = group * units_a_group, node_range * nodes_a_range
+    return (unit_begin, max(0, min(units_a_group, units - unit_begin)), first_node,
+            max(0, min(nodes_a_range, count - first_node)))
+
+
+@cuda.jit(device=True, inline=True)
+def range_plan(sliced, units, num_rows, unit_begin, unit_count, first_row, rows):
+    """By units, in a ranged batch: the rows whose unit r mod `units` lies in this block's
+    group (`unit_count` from `unit_begin` on, `range_share`), for the rows first_row ...
+    first_row + rows - 1 of the inputs; `weight` is W, or (`sliced`, at one range) this
+    block's rows of it as `load_unit_rows` left them."""
+    y_rows, held = (unit_count, units, unit_begin), num_rows // units * unit_count
+    return ((held, 0, 0) if sliced else y_rows), y_rows, held, first_row, rows
+
+
 def fits_row_groups(num_rows, blocks):
     """Whether a grid of `blocks` blocks has two, at least, for each group of four of a
     weight's `num_rows` rows: the rule under which the products of a weight not split by
@@ -386,6 +427,14 @@ def matmul_row_groups(weight, num_rows, x, y, rows, tile, turn):
 def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile, turn):
     """The same for the rows of a weight split by units (`units_plan`)."""
     return multiply_share(weight, units_plan(sliced, units, num_rows, rows), x, y, tile, turn)
+
+
+@cuda.jit(device=True, inline=True)
+def matmul_range(weight, sliced, units, num_rows, unit_begin, unit_count, first_row, x, y,
+                 rows, tile, turn):
+    """The same for this block's units and rows of a ranged batch (`range_plan`)."""
+    return multiply_share(weight, range_plan(sliced, units, num_rows, unit_begin, unit_count,
+                                             first_row, rows), x, y, tile, turn)
 
 
 @cuda.jit(device=True, inline=True)

@@ -1,11 +1,13 @@
-"""Whether the compiler's choice of refactoring per forest (`lowering/choose.py`,
-`RefactorTrade`) is right on this GPU: each model, hidden size and batch of the bench, timed
-with the default schedule, refactored and unrefactored, in turns on the same forests, each
-checked against the naive recursion first. The choice's rates were fitted on one model's two
-points (TreeFC, h256); this is where they extrapolate.
+"""Whether the compiler's choices are right on this GPU: each model, hidden size and batch of
+the bench, timed with the default schedule and its variants (refactored or not, without node
+ranges, ...), in turns on the same forests, each checked against the naive recursion first.
+The refactoring choice's rates (`lowering/choose.py`, `RefactorTrade`) were fitted on one
+model's two points (TreeFC, h256), and the node ranges' balance (`codegen_cuda/ranges.py`)
+on none: this is where they are tried.
 
-    python tools/gpu_refactor.py [--trees .gpu/test.txt] [--models tree_lstm,tree_rnn]
-                                 [--hidden 256,512] [--batches 1,10]"""
+    python tools/gpu_schedules.py [--trees .gpu/test.txt] [--models tree_lstm,tree_rnn]
+                                  [--hidden 256,512] [--batches 1,10]
+                                  [--schedules default,refactored,unrefactored]"""
 import argparse
 import importlib
 import os
@@ -21,11 +23,12 @@ sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench
 
 SCHEDULES = {"default": None, "refactored": rj.Schedule(refactor=True),
-             "unrefactored": rj.Schedule(refactor=False)}
+             "unrefactored": rj.Schedule(refactor=False),
+             "unranged": rj.Schedule(node_ranges=False)}
 
 
-def measure(benchmark, hidden, batch, trees, count, rounds):
-    """{schedule: median ms} and what the default chose, on `count` forests."""
+def measure(benchmark, hidden, batch, trees, count, rounds, schedules):
+    """{schedule: median ms} and what the default chose to refactor, on `count` forests."""
     module = importlib.import_module(benchmark.name)
     model = getattr(module, benchmark.name)
     forests = bench.batches(benchmark, trees, batch, count, hidden)
@@ -34,7 +37,8 @@ def measure(benchmark, hidden, batch, trees, count, rounds):
     p = module.make_params(hidden, vocab_size, "float32")
     on_device = p.to_device()
     runs_of = {}
-    for label, schedule in SCHEDULES.items():
+    for label in schedules:
+        schedule = SCHEDULES[label]
         runs = [lambda f=f, schedule=schedule: model.run(f, on_device, backend="cuda",
                                                           schedule=schedule).roots[0]
                 for f in forests]
@@ -52,24 +56,29 @@ def main():
     parser.add_argument("--models", default="tree_fc,tree_rnn,tree_gru,tree_lstm")
     parser.add_argument("--hidden", default="256,512")
     parser.add_argument("--batches", default="1,10")
+    parser.add_argument("--schedules", default="default,refactored,unrefactored",
+                        help=f"comma-separated, of {', '.join(SCHEDULES)}")
     parser.add_argument("--count", type=int, default=8, help="forests per row")
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
+    schedules = args.schedules.split(",")
     trees = None
     if os.path.exists(args.trees):
         with open(args.trees) as handle:
             trees = [line for line in handle if line.strip()]
     zoo = {b.name: b for b in bench.ZOO}
-    print("| model | hidden | batch | default chose refactor | default ms | refactored ms "
-          "| unrefactored ms |\n|---|---|---|---|---|---|---|", flush=True)
+    print("| model | hidden | batch | default chose refactor | "
+          + " | ".join(f"{label} ms" for label in schedules) + " |\n"
+          + "|---" * (4 + len(schedules)) + "|", flush=True)
     for name in args.models.split(","):
         for hidden in map(int, args.hidden.split(",")):
             for batch in map(int, args.batches.split(",")):
-                ms, chosen = measure(zoo[name], hidden, batch, trees, args.count, args.rounds)
+                ms, chosen = measure(zoo[name], hidden, batch, trees, args.count, args.rounds,
+                                     schedules)
                 picks = sorted(set(chosen), key=str)
-                print(f"| {name} | {hidden} | {batch} | {'/'.join(map(str, picks))} "
-                      f"| {ms['default']:.3f} | {ms['refactored']:.3f} "
-                      f"| {ms['unrefactored']:.3f} |", flush=True)
+                print(f"| {name} | {hidden} | {batch} | {'/'.join(map(str, picks))} | "
+                      + " | ".join(f"{ms[label]:.3f}" for label in schedules) + " |",
+                      flush=True)
 
 
 if __name__ == "__main__":

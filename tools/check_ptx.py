@@ -4,9 +4,15 @@ numba's simulator runs the generated kernels as Python, so it cannot catch what 
 CUDA compiler sees (typing, float64 creeping into float32 kernels). This script runs the zoo
 under the simulator, records every launched kernel with its argument types, then compiles each
 with numba-cuda and NVVM for sm_90 in a second process, and counts float64 instructions in the
-float32 kernels (there should be none).
+float32 kernels (there should be none). Where the CUDA toolkit's `ptxas` is at hand
+($CUDA_HOME/bin, the nvcc wheel's), each fused kernel is assembled too, at the registers its
+launch bound leaves a thread (`recjit.schedule.MAX_THREADS`), and its registers and the bytes
+it spills are printed: the kernels sit at that bound, and a change that makes one spill inside
+its products' loops costs time on a GPU that the simulator never shows.
 
     make ptx-check       # sets up .venv-ptx (numba-cuda, NVVM from pip wheels) and runs this
+    PTX_MODELS=tree_fc,tree_lstm make ptx-check     # those models' kernels only (the whole
+                                                    # zoo takes most of an hour on 2 cores)
 
 `get_current_device` is stubbed to an sm_90 device while compiling: numba-cuda asks the
 driver for the compute capability before compiling a device function."""
@@ -17,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from dataclasses import fields
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN, VOCAB = 8, 12
@@ -32,7 +39,8 @@ def record(path):
     from recjit.codegen_cuda import runtime
     dispatcher_type = type(runtime.matmul_kernel)
     launch = dispatcher_type.__call__
-    kernels = {}
+    kernels = {}  # {(file, kernel, signature): the schedule it was first launched under}
+    running = {"schedule": ""}
 
     def numba_type(value):
         array = getattr(getattr(value, "_ary", value), "_ary", getattr(value, "_ary", value))
@@ -44,7 +52,8 @@ def record(path):
     def recording(self, *arguments):
         if not self._device:
             signature = tuple(numba_type(a) for a in arguments)
-            kernels[(self.fn.__code__.co_filename, self.fn.__name__, signature)] = None
+            kernels.setdefault((self.fn.__code__.co_filename, self.fn.__name__, signature),
+                               running["schedule"])
         return launch(self, *arguments)
 
     dispatcher_type.__call__ = recording
@@ -68,11 +77,17 @@ def record(path):
                      for fusion in (True, False) for refactor in (True, False)]
         schedules += [rj.Schedule(specialize=False), rj.Schedule(dynamic_batching=False)]
         unrolled = [rj.Schedule(unroll=2), rj.Schedule(unroll=3, fusion=False)]
+        wanted = os.environ.get("PTX_MODELS")
         for model, forest, p in runs:
+            if wanted and model.__name__ not in wanted.split(","):
+                continue
             for schedule in schedules + (unrolled if model.kind != "dag" else []):
+                running["schedule"] = ", ".join(
+                    f"{field.name}={getattr(schedule, field.name)}" for field in fields(schedule)
+                    if getattr(schedule, field.name) != field.default)
                 model.run(forest, p, backend="cuda", schedule=schedule)
     with open(path, "w") as handle:
-        json.dump([list(key) for key in kernels], handle)
+        json.dump([[*key, schedule] for key, schedule in kernels.items()], handle)
 
 
 def compile_all(path):
@@ -87,7 +102,7 @@ def compile_all(path):
     failures = 0
     with open(path) as handle:
         kernels = json.load(handle)
-    for file, name, signature in kernels:
+    for file, name, signature, schedule in kernels:
         spec = importlib.util.spec_from_file_location(f"generated_{abs(hash(file))}", file)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -101,10 +116,34 @@ def compile_all(path):
         float32 = all("float64" not in s for s in signature)
         doubles = len(re.findall(r"^\s*\w+(\.\w+)*\.f64\b", ptx, re.MULTILINE)) if float32 else 0
         failures += doubles > 0
-        print(f"ok   {name} ({'float32' if float32 else 'float64'}): {len(ptx)} bytes of PTX"
-              + (f", {doubles} float64 instructions" if doubles else ""))
+        print(f"ok   {name} ({'float32' if float32 else 'float64'}"
+              f"{'; ' + schedule if schedule else ''}): {len(ptx)} bytes of PTX"
+              + (f", {doubles} float64 instructions" if doubles else "")
+              + (registers(ptx) if name.endswith("_kernel") else ""))
     print(f"{failures} failures")
     return failures
+
+
+def registers(ptx):
+    """", N registers, S/L bytes spilled (stores/loads)" of a kernel assembled by ptxas for
+    sm_90 at the registers a thread of a MAX_THREADS block may use; "" without ptxas."""
+    from recjit.schedule import MAX_THREADS
+    ptxas = os.path.join(os.environ.get("CUDA_HOME", ""), "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        return ""
+    with tempfile.TemporaryDirectory() as scratch:
+        source = os.path.join(scratch, "kernel.ptx")
+        with open(source, "w") as handle:
+            handle.write(ptx)
+        report = subprocess.run([ptxas, "-arch=sm_90", "-c", "-v",
+                                 f"--maxrregcount={65536 // MAX_THREADS}", source,
+                                 "-o", os.path.join(scratch, "kernel.cubin")],
+                                capture_output=True, text=True).stderr
+    used = re.findall(r"Used (\d+) registers", report)
+    spilled = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    if not used or not spilled:
+        return ", ptxas: " + (report.strip().splitlines() or ["no report"])[-1]
+    return f", {used[-1]} registers, {spilled[-1][0]}/{spilled[-1][1]} bytes spilled"
 
 
 def main():

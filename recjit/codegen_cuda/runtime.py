@@ -265,13 +265,15 @@ def tile_span(step, tiles, capacity, rows):
 def multiply_tile(weight, weight_rows, y_rows, held, tile, count, columns, y, turn):
     """y[s, r] = Σ_k W[r, k] · tile[s, k] for s < count, the first `columns` of the tile's
     rows (shared memory, filled by the block), and the rows r of `multiply_direct`'s maps.
-    Returns the worker whose turn comes next."""
+    The items go four rows by four rows, each four through the tile's nodes: the workers of a
+    turn read the same rows, so a weight read through L1 (a ranged batch's, `ranges.py`) is
+    read from L2 once a tile, not once a node. Returns the worker whose turn comes next."""
     groups = (held + 3) // 4
     mine, workers = first_item(turn)
     for item in range(mine, count * groups, workers):
-        s = item // groups
+        s = item % count
         products_of_four(weight, weight_rows, y_rows, held, tile, s, columns, y, s,
-                         item % groups * 4)
+                         item // count * 4)
     return (turn + count * groups) % workers
 
 

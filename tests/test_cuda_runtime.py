@@ -148,9 +148,10 @@ def test_a_block_computes_the_rows_its_units_read(blocks, columns, sliced):
 def product_by_ranges(balance, columns):
     """Each block computes its units' rows of its range of nodes into y[block] alone, then
     reads back, from there only, those rows into `gathered`, counting in `owners` the blocks
-    that read each (node, unit) and noting the ranges in `used`."""
+    that read each (node, unit) and noting the ranges in `used` and its first node in
+    `firsts`."""
     @cuda.jit
-    def product(weight, x, y, gathered, owners, used, rows):
+    def product(weight, x, y, gathered, owners, used, firsts, rows):
         block = cuda.blockIdx.x
         tile = cuda.shared.array((TILE_NODES, columns), float64)
         ranges = node_ranges(rows, balance)
@@ -165,6 +166,7 @@ def product_by_ranges(balance, columns):
             for gate in range(GATED_ROWS // UNITS):
                 gathered[s, gate * UNITS + unit] = y[block, s, gate * UNITS + unit]
         used[block] = ranges
+        firsts[block] = first_node
     return product
 
 
@@ -180,14 +182,18 @@ def test_a_block_computes_the_rows_its_units_read_for_its_range_of_nodes(blocks,
     """A batch of 5 nodes in r ranges, the 4 units of each over ⌊blocks / r⌋ blocks: on 6
     blocks, balance 1 gives 5 ranges on one block each (one block idle), 2 gives 3 ranges of
     2, 2 and 1 nodes on 2 blocks each (units 2 and 2), 4 gives 2 ranges on 3 blocks (units
-    2, 2 and none), 100 one range, the units alone split. Every (node, unit) is one block's."""
+    2, 2 and none), 100 one range, the units alone split. Every (node, unit) is one block's,
+    and a block past the last range starts at the batch's end, not past it (7 blocks, 2
+    ranges of 3 blocks: the seventh's range would start at node 6 of 5)."""
     weight, x = operands(300 + blocks, 9)
     weight = weight[:GATED_ROWS]
     y = np.full((blocks, NODES, GATED_ROWS), np.nan)
     gathered = np.full((NODES, GATED_ROWS), np.nan)
     owners = np.zeros((NODES, UNITS), np.int64)
-    used = np.zeros(blocks, np.int64)
-    product_by_ranges(balance, 9)[blocks, THREADS](weight, x, y, gathered, owners, used, NODES)
+    used, firsts = np.zeros(blocks, np.int64), np.zeros(blocks, np.int64)
+    product_by_ranges(balance, 9)[blocks, THREADS](weight, x, y, gathered, owners, used, firsts,
+                                                   NODES)
     np.testing.assert_array_equal(used, expected_ranges(blocks, NODES, balance))
+    assert firsts.max() <= NODES
     np.testing.assert_array_equal(owners, 1)
     np.testing.assert_allclose(gathered, x @ weight.T, rtol=1e-12)

@@ -348,12 +348,14 @@ def range_share(units, count, ranges):
     """(first unit, units, first node, nodes) of this block's share of a batch of `count`
     nodes split in `ranges` ranges, and `units` hidden units in as many groups as the grid
     has blocks for each range: block b takes group b mod groups of range b // groups (at one
-    range, `owned_units` and every node). Blocks past the last range take none."""
+    range, `owned_units` and every node). Blocks past the last range take none, from the
+    batch's end: their first node still indexes the batch's `child_ptr` (a range's edges)."""
     groups = cuda.gridDim.x // ranges
     group, node_range = cuda.blockIdx.x % groups, cuda.blockIdx.x // groups
     units_a_group = (units + groups - 1) // groups
     nodes_a_range = (count + ranges - 1) // ranges
-    unit_begin, first_node = group * units_a_group, node_range * nodes_a_range
+    unit_begin = group * units_a_group
+    first_node = min(node_range * nodes_a_range, count)
     return (unit_begin, max(0, min(units_a_group, units - unit_begin)), first_node,
             max(0, min(nodes_a_range, count - first_node)))
 

@@ -8,7 +8,9 @@ owns, the nodes' inputs staged through the block's shared `x_tile` where there a
 ILIR barrier `grid.sync()`. Weights multiplied in every batch are copied once per launch into
 shared memory, each block its own rows, when they fit. Where the blocks split the
 hidden units (`units.py`), a product is a call of `matmul_units`, a loop that reads it runs
-over the block's own units, and a barrier between them `cuda.syncthreads()`.
+over the block's own units, and a barrier between them `cuda.syncthreads()`; in a batch whose
+nodes the blocks split in ranges too (`ranges.py`), both run over the block's range of nodes
+(`matmul_range`).
 
 An item of a one-worker loop (`Loop.one_worker`, the unrolled recursion) is a block's: the
 block's threads share each step of the item (an element loop, a product) and synchronize after

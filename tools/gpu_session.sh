@@ -24,9 +24,10 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/
 OUT=${OUT:-$PWD/gpu-out}
 TREES=${TREES:-.gpu/test.txt}
 mkdir -p "$OUT"
-# The image's NumPy (2.5) lacks np.row_stack, which numba-cuda 0.30 registers at import: carry
-# an older wheel in .whl (see benchmarks/README.md) and it is installed first.
-if ls .whl/numpy-*.whl >/dev/null 2>&1; then
+# The wheels carried in .whl (tools/gpu_inputs.sh: an older NumPy, since the image's 2.5 lacks
+# np.row_stack, which numba-cuda 0.30 registers at import; DyNet, which the image lacks) are
+# installed first.
+if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
@@ -52,6 +53,11 @@ d = cuda.get_current_device()
 print(sys.version.split()[0], \"numpy\", numpy.__version__, \"numba\", numba.__version__,
       \"llvmlite\", llvmlite.__version__, \"numba-cuda\", numba_cuda.__version__,
       \"torch\", torch.__version__, \"hypothesis\", hypothesis.__version__)
+try:
+    import dynet_config
+    print(\"DyNet\", dynet_config.__file__)
+except ImportError:
+    print(\"DyNet absent: carry its wheel (tools/gpu_inputs.sh)\")
 print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
       \"driver\", cuda.cudadrv.driver.get_version(), \"runtime\", cuda.runtime.get_version())"' ;;
         cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \

@@ -372,10 +372,22 @@ def write_results(base, results, markdown_text, plot_to):
     print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
 
 
+# The rows measured so far, rewritten after each: a run stopped by a time limit (a GPU call's)
+# leaves them for `--merge`.
+PARTIAL = ".partial.json"
+
+
+def write_partial(base, results):
+    with open(base + PARTIAL, "w") as handle:
+        json.dump({**results, "matmul_gflops_at_end": results["matmul_gflops"]}, handle,
+                  indent=1)
+
+
 def merge(paths, machine):
     """One results file from runs of the same machine over different models (a GPU call's
-    time limit splits the full bench in two): their rows in the zoo's order, the highest
-    roof any of them measured, the targets judged again on all the rows."""
+    time limit splits the full bench; a run the limit stopped left `NAME.partial.json`): their
+    rows in the zoo's order, the highest roof any of them measured, the targets judged again
+    on all the rows."""
     parts = []
     for path in paths:
         with open(path) as handle:
@@ -411,6 +423,7 @@ def main():
     gpu = header["gpu"]
     count, repeat = (4, 1) if args.quick else (20, 3)
     results = {**header, "matmul_gflops": matmul_roof(), "rows": []}
+    base = os.path.join(HERE, "results", results["machine"])
     print(f"float32 matmul roof: {results['matmul_gflops']:.0f} GFLOP/s")
     for benchmark in ZOO:
         if benchmark.name not in args.models.split(","):
@@ -421,6 +434,7 @@ def main():
                 row = measure(benchmark, hidden, batch, forests, repeat, gpu is not None,
                               [int(t) for t in args.cuda_threads.split(",") if t])
                 results["rows"].append(row)
+                write_partial(base, results)
                 print(f"{row['model']:>16} h{hidden:<4} b{batch:<3} recjit "
                       f"{row['ms']['recjit cpu']:8.3f} ms {row['gflops']:6.1f} GFLOP/s | "
                       + "  ".join(f"{peer} {ms:.2f} ms ({row['speedup'][peer]:.1f}x)"
@@ -438,8 +452,9 @@ def main():
     results["targets"] = targets(results)
     for text, value, met in results["targets"]:
         print(f"target {text}: {value} ({'met' if met else 'NOT met'})")
-    write_results(os.path.join(HERE, "results", results["machine"]), results,
-                  markdown(results), plot)
+    write_results(base, results, markdown(results), plot)
+    if os.path.exists(base + PARTIAL):
+        os.remove(base + PARTIAL)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,10 @@
 # gpu_schedules.py; ranges, the bench's batches with and without node ranges, RANGES_ARGS to
 # gpu_schedules.py).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
-# The full bench takes more than one call's 600 s on an H100 (third GPU session): run it in two
-# calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1" then the other models and NAME-2.
+# The full bench takes more than one call's 600 s on an H100 (third GPU session), more with
+# DyNet carried in: run it in several calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1",
+# then the other models as NAME-2, ..., and `bench.py --merge` the parts. A call that its limit
+# stops leaves the rows it measured in NAME-k.partial.json, which --merge takes as well.
 # BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}

@@ -18,7 +18,8 @@ import os
 import time
 
 import numpy as np
-from bench import HERE, TOLERANCE, ZOO, add_common_arguments, batches, setup, write_results
+from bench import (HERE, TOLERANCE, ZOO, add_common_arguments, batches, remove_partial, setup,
+                   write_partial, write_results)
 
 import recjit as rj
 
@@ -156,6 +157,7 @@ def main():
     backends = ("cpu", "cuda") if header["gpu"] else ("cpu",)
     count, repeat = (2, 2) if args.quick else (5, 4)
     results = {**header, "rows": []}
+    base = os.path.join(HERE, "results", f"ablation-{results['machine']}")
     wanted = args.models.split(",")
     for benchmark in ZOO:
         if benchmark.name not in wanted:
@@ -175,8 +177,9 @@ def main():
                                             "backend": backend, "schedule": label, "ms": ms})
                     print(f"({figure}) {benchmark.name:>16} h{hidden:<4} b{batch:<3} {backend:4} "
                           f"{label:<44} {ms:9.3f} ms", flush=True)
-    write_results(os.path.join(HERE, "results", f"ablation-{results['machine']}"), results,
-                  markdown(results), plot)
+                write_partial(base, results)
+    write_results(base, results, markdown(results), plot)
+    remove_partial(base)
 
 
 if __name__ == "__main__":

@@ -379,8 +379,12 @@ PARTIAL = ".partial.json"
 
 def write_partial(base, results):
     with open(base + PARTIAL, "w") as handle:
-        json.dump({**results, "matmul_gflops_at_end": results["matmul_gflops"]}, handle,
-                  indent=1)
+        json.dump(results, handle, indent=1)
+
+
+def remove_partial(base):
+    if os.path.exists(base + PARTIAL):
+        os.remove(base + PARTIAL)
 
 
 def merge(paths, machine):
@@ -422,7 +426,8 @@ def main():
     header, trees = setup(parser, args, args.machine)
     gpu = header["gpu"]
     count, repeat = (4, 1) if args.quick else (20, 3)
-    results = {**header, "matmul_gflops": matmul_roof(), "rows": []}
+    roof = matmul_roof()
+    results = {**header, "matmul_gflops": roof, "matmul_gflops_at_end": roof, "rows": []}
     base = os.path.join(HERE, "results", results["machine"])
     print(f"float32 matmul roof: {results['matmul_gflops']:.0f} GFLOP/s")
     for benchmark in ZOO:
@@ -453,8 +458,7 @@ def main():
     for text, value, met in results["targets"]:
         print(f"target {text}: {value} ({'met' if met else 'NOT met'})")
     write_results(base, results, markdown(results), plot)
-    if os.path.exists(base + PARTIAL):
-        os.remove(base + PARTIAL)
+    remove_partial(base)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,9 @@ A pack loop P followed by a barrier B and products is *packed per block* when
 """
 from dataclasses import dataclass, field, replace
 
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Const, If, Let, Load, Loop, MatMul, Store,
+from ..lowering.ilir import (Alloc, Barrier, BinOp, Const, If, Let, Loop, MatMul, Store,
                              Var, nodes, walk)
-from .units import barrier_positions, element_extent, loads, written_by
+from .units import barrier_positions, edge_loop_node, element_extent, loads, written_by
 
 # The fused kernel's shared array that the products stage their inputs through, the row of it
 # a thread fills, and the row of the product's inputs that row stands for.
@@ -205,10 +205,7 @@ def _edge_loop(row, loops, bound):
             and isinstance(row.right, Var) and row.right.name not in bound):
         return None
     for loop in loops:
-        if (loop.var == row.left.name and not loop.parallel and not loop.element
-                and isinstance(loop.start, Load) and loop.start.array == "child_ptr"
-                and loop.stop == Load("child_ptr", (BinOp("+", loop.start.index[0],
-                                                          Const(1)),))):
+        if loop.var == row.left.name and edge_loop_node(loop) is not None:
             return loop, row.right.name
     return None
 

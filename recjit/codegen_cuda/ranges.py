@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..lowering.ilir import BinOp, Const, If, Let, Load, Loop, MatMul, Var, add, walk
 from .packs import item_part
-from .units import loads
+from .units import edge_loop_node, loads
 
 # How many input columns a node's row per edge stands for, in the balance: a binary node's.
 EDGES_A_NODE = 2
@@ -160,8 +160,7 @@ def _reads_own_rows(loop, by_array, lets):
     node_lets = {statement.name: statement.value for statement in walk(loop.body)
                  if isinstance(statement, Let)}
     edge_loops = {statement.var: statement for statement in walk(loop.body)
-                  if isinstance(statement, Loop) and not statement.parallel
-                  and not statement.element}
+                  if isinstance(statement, Loop) and edge_loop_node(statement) is not None}
     for load in loads(loop.body):
         rows = by_array.get(load.array)
         if rows is None:
@@ -182,12 +181,8 @@ def _edge_of_own_node(row, rows, slot, node_lets, edge_loops):
     if not (isinstance(row, BinOp) and row.operator == "-" and row.right == Var(rows.edge_base)
             and isinstance(row.left, Var) and row.left.name in edge_loops):
         return False
-    edges = edge_loops[row.left.name]
-    node = edges.start.index[0] if isinstance(edges.start, Load) else None
-    return (isinstance(edges.start, Load) and edges.start.array == "child_ptr"
-            and isinstance(node, Var) and node_lets.get(node.name) == add(rows.edges_of,
-                                                                        Var(slot))
-            and edges.stop == Load("child_ptr", (add(node, Const(1)),)))
+    node = edge_loop_node(edge_loops[row.left.name])
+    return isinstance(node, Var) and node_lets.get(node.name) == add(rows.edges_of, Var(slot))
 
 
 def balance(products, rows, weight_shapes):

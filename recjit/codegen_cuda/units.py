@@ -25,7 +25,7 @@ rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field
 
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
-                             Store, Var, nodes, walk)
+                             Store, Var, add, nodes, walk)
 
 
 def element_extent(body):
@@ -289,6 +289,17 @@ def _read(expressions, reads, loop):
 def loads(node):
     """Every `Load` in an ILIR statement, expression or tuple of them."""
     return nodes(node, Load)
+
+
+def edge_loop_node(loop):
+    """The node whose edges `loop` runs over, from child_ptr[node] to child_ptr[node + 1] as
+    the lowering writes it, an ILIR expression; None where `loop` is no such loop."""
+    start = loop.start
+    if (not loop.parallel and not loop.element and isinstance(start, Load)
+            and start.array == "child_ptr"
+            and loop.stop == Load("child_ptr", (add(start.index[0], Const(1)),))):
+        return start.index[0]
+    return None
 
 
 def _read_units(loop, load):

@@ -1,5 +1,5 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (DESIGN.md)."""
-from .errors import (InputError, RecJitError, RecursionPropertyError, ScheduleError,
+from .errors import (FallbackWarning, InputError, RecJitError, RecursionPropertyError, ScheduleError,
                      ShapeError, UnsupportedError)
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
@@ -11,7 +11,7 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["DeviceParams", "Forest", "InputError", "NodeView", "Params", "RecJitError",
+__all__ = ["DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params", "RecJitError",
            "RecursionPropertyError", "RecursiveModel", "Result", "Schedule", "ScheduleError",
            "ShapeError", "UnsupportedError", "concat", "exp", "log", "maximum", "minimum", "ones",
            "recursive_model", "relu", "sigmoid", "split", "tanh", "zeros"]

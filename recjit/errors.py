@@ -1,5 +1,5 @@
-"""The errors recjit raises. Every failure a user can cause is one of these, never a traceback
-from inside the compiler or a numba typing error."""
+"""The errors recjit raises, and its one warning. Every failure a user can cause is one of
+these errors, never a traceback from inside the compiler or a numba typing error."""
 
 
 class RecJitError(Exception):
@@ -41,3 +41,8 @@ class ShapeError(SourceLocated, InputError):
 class ScheduleError(RecJitError):
     """A schedule that is malformed, or cannot apply to this model or backend; names the
     field."""
+
+
+class FallbackWarning(UserWarning):
+    """A schedule runs in a slower form than asked for, because this device cannot run it as
+    asked (a fused CUDA schedule where no cooperative launch is possible); says why."""

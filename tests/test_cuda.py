@@ -145,6 +145,33 @@ def test_the_fused_schedule_is_one_launch_per_run(monkeypatch):
     assert len(launch_grids(monkeypatch, lambda: tree_lstm.run(forest, p, backend="cuda"))) == 1
 
 
+def fall_back_checks(monkeypatch, hidden, seed):
+    """A TreeLSTM of a hidden size no other test compiles (so its kernel is compiled here),
+    run under the fused schedule: it warns that it fell back, says so in `explain()`,
+    launches per step and equals the reference."""
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(hidden, VOCAB, "float64", seed)
+    with pytest.warns(rj.FallbackWarning, match="running the unfused schedule"):
+        check(tree_lstm, forest, p)
+    text = tree_lstm.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert "launch: unfused (the fused schedule falls back to it:" in text
+    assert len(launch_grids(monkeypatch, lambda: check(tree_lstm, forest, p))) > 1
+    return text
+
+
+def test_a_device_without_cooperative_launches_runs_the_fused_schedule_unfused(monkeypatch):
+    monkeypatch.setattr(device, "no_cooperative_launch",
+                        lambda: "this GPU does not support cooperative launches")
+    text = fall_back_checks(monkeypatch, 5, 12)
+    assert "this GPU does not support cooperative launches" in text
+
+
+def test_a_fused_kernel_of_which_no_block_fits_runs_unfused(monkeypatch):
+    monkeypatch.setattr(device.CooperativeLaunch, "max_blocks", lambda self: 0)
+    text = fall_back_checks(monkeypatch, 6, 13)
+    assert "fits on a multiprocessor" in text
+
+
 @pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator launches through numba")
 def test_a_fused_launch_on_a_gpu_goes_to_the_driver_with_parameters_laid_out_once(monkeypatch):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])

@@ -1,9 +1,11 @@
 """CUDA backend: ILIR kernel → numba.cuda source → a callable that runs a linearized forest on
 the GPU (or in numba's simulator)."""
 import threading
+import warnings
 
 import numpy as np
 
+from ..errors import FallbackWarning
 from ..generated import load_module
 from ..lowering import barriers_per_batch
 from ..lowering.arguments import forest_arguments, kernel_parameters
@@ -37,14 +39,20 @@ class CudaKernel:
         device.require_device()
         self.kernel = gather_roots(kernel)
         self.fast_math = fast_math
-        self.fusion = schedule.fusion
         self.schedule = schedule
+        # Why a fused schedule runs unfused here (`fall_back`), or None.
+        self.fallback = None
+        self.fusion = schedule.fusion
         self.weight_shapes = weight_shapes
         self.threads = schedule.threads or device.threads_per_block()
         self.parameter_attributes = kernel_parameters(kernel)
         self.kept_parameters = {}  # {kernel parameter: (the params' value, its device array)}
         self.buffers = DeviceBuffers()
-        self.configure(device.multiprocessors() if self.fusion else None)
+        impossible = device.no_cooperative_launch() if self.fusion else None
+        if impossible:
+            self.fall_back(impossible)
+        else:
+            self.configure(device.multiprocessors() if self.fusion else None)
 
     def configure(self, blocks):
         """Generate and load the source for a fused grid of `blocks` blocks (or unfused)."""
@@ -73,11 +81,23 @@ class CudaKernel:
         self.scratch_shapes = module.scratch_shapes
         self.cooperative_launch = None
 
+    def fall_back(self, reason):
+        """Run the unfused schedule instead of the fused one, which this device cannot
+        launch; say so once, as a warning, and in `explain()`."""
+        self.fallback = reason
+        self.fusion = False
+        warnings.warn(FallbackWarning(
+            f"{self.kernel.name[:-len('_kernel')]}: the fused schedule needs a cooperative "
+            f"launch, and {reason}; running the unfused schedule (one launch per step)"))
+        self.configure(None)
+
     def describe(self):
         """What `explain()` says of the launch."""
         if not self.fusion:
-            return ("unfused: one launch per parallel step and per matrix product, the last "
-                    f"gathering {ROOTS_GATHERED}")
+            fallback = (f" (the fused schedule falls back to it: {self.fallback})"
+                        if self.fallback else "")
+            return (f"unfused{fallback}: one launch per parallel step and per matrix product, "
+                    f"the last gathering {ROOTS_GATHERED}")
         text = (f"fused: one cooperative launch, {_count(self.blocks, 'block')} × "
                 f"{_count(self.threads, 'thread')}, ending by gathering {ROOTS_GATHERED}")
         plan = self.plan
@@ -132,7 +152,8 @@ class CudaKernel:
 
     def prepare(self, linearized, params):
         """The kernel's arguments, the forest's arrays copied to the device in one packed
-        copy (and, unfused, those its host code reads), and the states they fill."""
+        copy (and, unfused, those its host code reads), and the states they fill. The first
+        fused run sizes the grid to the blocks that fit (`fit_grid`)."""
         dtype = np.dtype(self.kernel.dtype)
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
@@ -140,15 +161,36 @@ class CudaKernel:
         arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, dtype),
                   **states.arrays, **states.root_arrays}
         scalar_values = [scalars[name] for name in self.kernel.scalars]
-        scratch = self.buffers.scratch(self.scratch_shapes(*scalar_values, self.item_blocks),
-                                       dtype)
-        return (scalar_values + [arrays[name] for name in self.kernel.arrays] + scratch
-                + [forest_arrays[name] for name in self.host_arrays]), states
+
+        def arguments():
+            scratch = self.buffers.scratch(
+                self.scratch_shapes(*scalar_values, self.item_blocks), dtype)
+            return (scalar_values + [arrays[name] for name in self.kernel.arrays] + scratch
+                    + [forest_arrays[name] for name in self.host_arrays])
+
+        if self.fusion and self.cooperative_launch is None:
+            self.fit_grid(arguments())
+        return arguments(), states
+
+    def fit_grid(self, arguments):
+        """Compile the fused kernel for these arguments' types and shrink its grid to the
+        blocks that can be co-resident, the most a cooperative launch may have; if none can,
+        fall back to the unfused schedule."""
+        launch = device.CooperativeLaunch(self.function, arguments, self.threads)
+        fits = launch.max_blocks()
+        if fits < 1:
+            self.fall_back(f"no block of {_count(self.threads, 'thread')} of this kernel "
+                           "fits on a multiprocessor")
+            return
+        if fits < self.blocks:
+            self.configure(fits)
+            launch = device.CooperativeLaunch(self.function, arguments, self.threads)
+        self.cooperative_launch = launch
 
     def launch_all(self, arguments):
         """The fused kernel's one launch, or the unfused schedule's launches."""
         if self.fusion:
-            self.launch_fused(arguments)
+            self.cooperative_launch(self.blocks, arguments)
         else:
             self.function(self.launch, *arguments)
 
@@ -196,16 +238,6 @@ class CudaKernel:
                 out.append(gathered.reshape((order.shape[0],) + shape))
         return Result(nodes=tuple(nodes), roots=tuple(roots))
 
-    def launch_fused(self, arguments):
-        if self.cooperative_launch is None:
-            launch = device.CooperativeLaunch(self.function, arguments, self.threads)
-            fits = launch.max_blocks()
-            if fits < self.blocks:
-                self.configure(fits)
-                launch = device.CooperativeLaunch(self.function, arguments, self.threads)
-            self.cooperative_launch = launch
-        self.cooperative_launch(self.blocks, arguments)
-
     def launch(self, kernel, items, arguments, one_block_per_item=False):
         """One launch of the unfused schedule over `items` work items (grid-stride), or over
         `items` items of a block each (block-stride)."""
@@ -221,9 +253,9 @@ def grid_barriers(kernel, schedule, weight_shapes):
     meets, as this device runs it under `schedule`: unfused, every one (a launch ends there);
     fused, those its split units and block packs leave the grid's. What refactoring can save
     on the GPU (`lowering.choose.refactor_trade`)."""
-    if not schedule.fusion:
-        return barriers_per_batch(kernel)
     device.require_device()
+    if not schedule.fusion or device.no_cooperative_launch():
+        return barriers_per_batch(kernel)
     rooted = gather_roots(kernel)
     return grid_barriers_per_batch(rooted, plan_launch(
         rooted, schedule, weight_shapes, device.multiprocessors(), device.SHARED_BYTES))

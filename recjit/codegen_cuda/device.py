@@ -46,6 +46,15 @@ def multiprocessors():
     return 1 if simulated() else cuda.get_current_device().MULTIPROCESSOR_COUNT
 
 
+def no_cooperative_launch():
+    """Why this device cannot launch a fused kernel (a cooperative launch: a grid whose
+    blocks meet at `grid.sync()`), or None if it can. GPUs before Pascal cannot, nor some
+    virtualized ones; the simulator can."""
+    if simulated() or cuda.get_current_device().COOPERATIVE_LAUNCH:
+        return None
+    return "this GPU does not support cooperative launches"
+
+
 class CooperativeLaunch:
     """A fused kernel's cooperative launch, made through the driver's
     `cuLaunchCooperativeKernel` with parameters recjit lays out itself. numba-cuda's launch

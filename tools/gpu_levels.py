@@ -18,6 +18,7 @@ import time
 
 import numpy as np
 from gpu_products import events_ms
+from gpu_schedules import SCHEDULES
 from numba import cuda
 
 import recjit as rj
@@ -100,22 +101,15 @@ def main():
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="default",
-                        help="comma-separated: default, unrefactored, refactored, unpersistent, "
-                        "unsplit, unstaged, ungrouped, unranged, gridpacked (unrefactored, "
-                        "the grid packing)")
+                        help=f"comma-separated, of {', '.join(SCHEDULES)} (gridpacked: "
+                        "unrefactored, the grid packing)")
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
-    variants = {"default": {}, "unrefactored": {"refactor": False},
-                "refactored": {"refactor": True},
-                "unpersistent": {"persistence": False}, "unsplit": {"split_units": False},
-                "unstaged": {"stage_products": False}, "ungrouped": {"row_groups": False},
-                "unranged": {"node_ranges": False},
-                "gridpacked": {"block_packs": False, "refactor": False}}
     for name in args.models.split(","):
         hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
         for variant in args.variants.split(","):
-            schedule = rj.Schedule(threads=args.threads, **variants[variant])
+            schedule = SCHEDULES[variant].but(threads=args.threads)
             rows = measure(name, hidden, depths, schedule, args.runs, args.once)
             if args.once:
                 continue

@@ -7,7 +7,11 @@ on none: this is where they are tried.
 
     python tools/gpu_schedules.py [--trees .gpu/test.txt] [--models tree_lstm,tree_rnn]
                                   [--hidden 256,512] [--batches 1,10]
-                                  [--schedules default,refactored,unrefactored]"""
+                                  [--schedules default,refactored,unrefactored]
+
+The variants (`SCHEDULES`, also `gpu_levels.py`'s) each turn one choice off: unrefactored,
+refactored, unpersistent, unsplit, unstaged, ungrouped, unranged, gridpacked (unrefactored,
+the grid packing); none of those since the fifth GPU session has been timed on a GPU."""
 import argparse
 import importlib
 import os
@@ -22,9 +26,16 @@ sys.path.insert(0, os.path.join(HERE, "..", "examples"))
 sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench
 
-SCHEDULES = {"default": None, "refactored": rj.Schedule(refactor=True),
+# The default schedule and its variants, each without one of the compiler's choices
+# (`benchmarks/README.md` says which GPU session measured which).
+SCHEDULES = {"default": rj.Schedule(), "refactored": rj.Schedule(refactor=True),
              "unrefactored": rj.Schedule(refactor=False),
-             "unranged": rj.Schedule(node_ranges=False)}
+             "unpersistent": rj.Schedule(persistence=False),
+             "unsplit": rj.Schedule(split_units=False),
+             "unstaged": rj.Schedule(stage_products=False),
+             "ungrouped": rj.Schedule(row_groups=False),
+             "unranged": rj.Schedule(node_ranges=False),
+             "gridpacked": rj.Schedule(block_packs=False, refactor=False)}
 
 
 def measure(benchmark, hidden, batch, trees, count, rounds, schedules):
@@ -54,7 +65,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", default=".gpu/test.txt")
     parser.add_argument("--models", default="tree_fc,tree_rnn,tree_gru,tree_lstm")
-    parser.add_argument("--hidden", default="256,512")
+    parser.add_argument("--hidden", default="256,512",
+                        help="comma-separated sizes, or 'small': each model's smaller bench size "
+                        "(MV-RNN's 64)")
     parser.add_argument("--batches", default="1,10")
     parser.add_argument("--schedules", default="default,refactored,unrefactored",
                         help=f"comma-separated, of {', '.join(SCHEDULES)}")
@@ -71,7 +84,9 @@ def main():
           + " | ".join(f"{label} ms" for label in schedules) + " |\n"
           + "|---" * (4 + len(schedules)) + "|", flush=True)
     for name in args.models.split(","):
-        for hidden in map(int, args.hidden.split(",")):
+        sizes = ([zoo[name].hidden[0]] if args.hidden == "small"
+                 else map(int, args.hidden.split(",")))
+        for hidden in sizes:
             for batch in map(int, args.batches.split(",")):
                 ms, chosen = measure(zoo[name], hidden, batch, trees, args.count, args.rounds,
                                      schedules)

@@ -2,7 +2,8 @@
 # Everything issue 4 asks of a lent GPU, in one command (the device tool's machine starts bare
 # and stays warm only seconds between calls). Run from the repository root:
 #     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile products
-#                                        levels refactor ranges quick-bench bench ablation)
+#                                        levels refactor ranges variants quick-bench bench
+#                                        ablation)
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
@@ -14,6 +15,9 @@
 # and without split units, LEVELS_ARGS to gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_schedules.py; ranges, the bench's batches with and without node ranges, RANGES_ARGS to
+# gpu_schedules.py; variants, the bench's batches under the default and each schedule that
+# turns one of the unmeasured choices off, ~11 kernels to compile (a variant whose source is
+# the default's, as MV-RNN's unranged, comes from numba's cache), VARIANTS_ARGS to
 # gpu_schedules.py).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
 # The full bench takes more than one call's 600 s on an H100 (third GPU session), more with
@@ -83,6 +87,10 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         ranges) stage ranges ${RANGES_LIMIT:-300} python3 tools/gpu_schedules.py \
             --trees "$TREES" --schedules default,unranged ${RANGES_ARGS:---models \
             tree_fc,dag_rnn,tree_lstm,tree_gru,tree_rnn --hidden 256} ;;
+        variants) stage variants ${VARIANTS_LIMIT:-540} python3 tools/gpu_schedules.py \
+            --trees "$TREES" ${VARIANTS_ARGS:---models tree_fc,tree_lstm,mv_rnn \
+            --hidden small --count 4 --rounds 8 \
+            --schedules default,unranged,gridpacked,unstaged,ungrouped} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \

@@ -12,6 +12,11 @@ import threading
 import numba
 
 _lock = threading.Lock()
+# The modification time of every generated file. numba-cuda's disk cache (0.30) trusts a
+# kernel compiled from a file of the same modification time and size, and a file's name holds
+# its content's digest, so one time for all is safe; it lets compiled kernels travel with the
+# folder to another machine (`tools/gpu_session.sh` carries them from call to call).
+SOURCE_MTIME = 1_600_000_000
 
 
 def cache_dir():
@@ -44,6 +49,7 @@ def load_module(source, name, runtime):
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
                                              delete=False) as handle:
                 handle.write(source)
+            os.utime(handle.name, (SOURCE_MTIME, SOURCE_MTIME))
             os.replace(handle.name, path)
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)

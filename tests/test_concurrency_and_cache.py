@@ -8,6 +8,7 @@ import threading
 import numpy as np
 
 import recjit as rj
+from recjit.generated import SOURCE_MTIME, load_module
 from tree_lstm import make_params, tree_lstm
 
 from conftest import assert_same_result
@@ -82,3 +83,13 @@ def test_a_kernel_loaded_from_the_disk_cache_in_a_new_process_finds_the_runtime(
     cache_hits, difference = int(output[0]), float(output[1])
     assert cache_hits == 1
     assert difference < 1e-12
+
+
+def test_generated_files_share_one_whole_second_modification_time(tmp_path, monkeypatch):
+    """numba-cuda's disk cache trusts a kernel compiled from a file of the same modification
+    time and size; one whole-second time for every generated file (each named by its
+    content's digest) keeps that true for kernels carried to another machine in an archive."""
+    monkeypatch.setenv("RECJIT_CACHE_DIR", str(tmp_path))
+    module = load_module("ANSWER = 42\n", "modification_time_probe", ())
+    assert module.__file__.startswith(str(tmp_path))
+    assert os.stat(module.__file__).st_mtime == SOURCE_MTIME == int(SOURCE_MTIME)

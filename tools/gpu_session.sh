@@ -25,6 +25,9 @@
 # then the other models as NAME-2, ..., and `bench.py --merge` the parts. A call that its limit
 # stops leaves the rows it measured in NAME-k.partial.json, which --merge takes as well.
 # BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py.
+# After each stage the kernel cache goes to $OUT/kernels.tgz; copy it to .gpu/ here and the
+# next call (carry .gpu) starts with those kernels compiled. The device tool brings back 8
+# files a call: a call of many stages may want fewer.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -37,7 +40,26 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
+# The kernels earlier calls compiled (each call's $OUT/kernels.tgz, copied to .gpu/ and
+# carried back in): a fused kernel takes 15-30 s to compile on the device machine, which
+# starts bare whenever it went idle between calls. numba's cache takes them as they are
+# (recjit/generated.py gives every generated file one modification time).
+if [ -f .gpu/kernels.tgz ]; then
+    mkdir -p "$RECJIT_CACHE_DIR" && tar -xzf .gpu/kernels.tgz -C "$RECJIT_CACHE_DIR" \
+        && echo "=== kernels carried in: $(ls "$RECJIT_CACHE_DIR/kernels" | wc -l) files"
+fi
 MARK=$(mktemp)  # results written after this are copied to $OUT
+
+# The kernel cache, for the next call to carry in, if it fits in a file the device tool brings
+# back (16 MiB).
+save_kernels() {
+    [ -d "$RECJIT_CACHE_DIR/kernels" ] || return
+    tar -czf "$OUT/kernels.tgz" -C "$RECJIT_CACHE_DIR" kernels
+    if [ "$(stat -c %s "$OUT/kernels.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+        rm "$OUT/kernels.tgz"
+        echo "=== the kernel cache is over 15 MiB compressed: not kept"
+    fi
+}
 
 stage() {
     local name=$1 limit=$2
@@ -101,4 +123,5 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
     esac
     find benchmarks/results -newer "$MARK" \( -name "*.json" -o -name "*.md" \) \
         -exec cp {} "$OUT"/ \;
+    save_kernels
 done

@@ -1,6 +1,6 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (DESIGN.md)."""
-from .errors import (FallbackWarning, InputError, RecJitError, RecursionPropertyError, ScheduleError,
-                     ShapeError, UnsupportedError)
+from .errors import (FallbackWarning, InputError, RecJitError, RecursionPropertyError,
+                     ScheduleError, ShapeError, UnsupportedError)
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
 from .ops import concat, exp, log, maximum, minimum, ones, relu, sigmoid, split, tanh, zeros
@@ -11,7 +11,7 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params", "RecJitError",
-           "RecursionPropertyError", "RecursiveModel", "Result", "Schedule", "ScheduleError",
-           "ShapeError", "UnsupportedError", "concat", "exp", "log", "maximum", "minimum", "ones",
-           "recursive_model", "relu", "sigmoid", "split", "tanh", "zeros"]
+__all__ = ["DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params",
+           "RecJitError", "RecursionPropertyError", "RecursiveModel", "Result", "Schedule",
+           "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log", "maximum",
+           "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "tanh", "zeros"]

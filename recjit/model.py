@@ -208,10 +208,12 @@ class RecursiveModel:
             return one_node_per_batch(linearized)
         return linearized
 
-    def check_gathers(self, cell, linearized, p):
-        """Every gathered field index lies inside its table, on the nodes that read it."""
+    @staticmethod
+    def check_gathers(cell, linearized):
+        """Every gathered field index lies inside its table, on the nodes that read it. The
+        cell was built for the tables' shapes (they are part of its signature)."""
         for case, table, field in cell.gathers:
-            rows = shape_and_dtype(getattr(p, table))[0][0]
+            rows = cell.parameters[table][0]
             begin, end = ((linearized.leaf_begin, linearized.num_nodes) if case == "leaf"
                           else (0, linearized.leaf_begin))
             values = linearized.fields[field][begin:end]
@@ -235,7 +237,7 @@ class RecursiveModel:
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
-        self.check_gathers(compiled.cell, linearized, p)
+        self.check_gathers(compiled.cell, linearized)
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
         return compiled.backend_kernel.run(linearized, p, shapes, device_output)

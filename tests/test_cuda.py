@@ -189,6 +189,34 @@ def test_a_fused_launch_on_a_gpu_goes_to_the_driver_with_parameters_laid_out_onc
     assert len(buffers) == 2 and buffers[0] is buffers[1]
 
 
+def test_copies_go_to_the_driver_at_the_buffers_addresses_looked_up_once(monkeypatch):
+    calls = []
+
+    class Driver:
+        def cuMemcpyHtoDAsync_v2(self, *arguments):  # noqa: N802 (the driver's name)
+            calls.append(("to device", *arguments))
+            return 0
+
+        def cuMemcpyDtoH_v2(self, *arguments):  # noqa: N802
+            calls.append(("to host", *arguments))
+            return 0
+
+    class OnDevice:
+        device_ctypes_pointer = type("Pointer", (), {"value": 1 << 40})
+
+    monkeypatch.setattr(device, "simulated", lambda: False)
+    monkeypatch.setattr(device, "_driver", Driver)
+    monkeypatch.setattr(device, "launch_stream", lambda: 7)
+    on_host = np.zeros(64, np.uint8)
+    copies = device.Copies(on_host, OnDevice())
+    host = on_host.ctypes.data
+    copies.queue_to_device()
+    copies.to_host(16, 24)
+    copies.to_host(8, 0)  # nothing to copy: no call
+    assert calls == [("to device", 1 << 40, host, 64, 7),
+                     ("to host", host + 16, (1 << 40) + 16, 24)]
+
+
 @pytest.mark.parametrize("refactor, launches", [
     # leaves: pack, product, elementwise; each of the 3 batches: pack, 2 products, elementwise;
     # then the roots' gather

@@ -27,8 +27,8 @@ from recjit.codegen_cuda import CudaKernel, device
 def stub_the_device():
     """Runs do all their host work and none of the device's."""
     CudaKernel.launch_all = lambda self, arguments: None
-    device.queue_copy_to_device = lambda on_device, on_host: None
-    device.copy_bytes_to_host = lambda on_host, on_device, nbytes: None
+    device.Copies.queue_to_device = lambda self: None
+    device.Copies.to_host = lambda self, begin, nbytes: None
 
 
 def host_microseconds(name, batch, trees, runs):

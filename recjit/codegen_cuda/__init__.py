@@ -39,6 +39,7 @@ class CudaKernel:
         device.require_device()
         self.kernel = gather_roots(kernel)
         self.fast_math = fast_math
+        self.dtype = np.dtype(kernel.dtype)
         self.schedule = schedule
         # Why a fused schedule runs unfused here (`fall_back`), or None.
         self.fallback = None
@@ -154,12 +155,12 @@ class CudaKernel:
         """The kernel's arguments, the forest's arrays copied to the device in one packed
         copy (and, unfused, those its host code reads), and the states they fill. The first
         fused run sizes the grid to the blocks that fit (`fit_grid`)."""
-        dtype = np.dtype(self.kernel.dtype)
+        dtype = self.dtype
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
                                      self.kernel.states, dtype)
         arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, dtype),
-                  **states.arrays, **states.root_arrays}
+                  **states.views}
         scalar_values = [scalars[name] for name in self.kernel.scalars]
 
         def arguments():

@@ -58,6 +58,7 @@ class _Upload:
         spans, total = _packed(layout)
         self.staging = device.pinned_array(total, np.uint8)
         self.on_device = device.device_array(total, np.uint8)
+        self.copies = device.Copies(self.staging, self.on_device)
         self.staged, self.views = {}, {}
         self.queued = False  # whether the device may not have copied the staging buffer yet
         self.capacity = tuple(shape[0] for _, _, shape in layout)
@@ -68,7 +69,10 @@ class _Upload:
     def holds(self, arrays):
         """Whether each of `arrays` has no more rows than its view: a kernel's forest arrays
         have the same names, dtypes and other dimensions in every run."""
-        return all(len(values) <= rows for values, rows in zip(arrays.values(), self.capacity))
+        for values, rows in zip(arrays.values(), self.capacity):
+            if len(values) > rows:
+                return False
+        return True
 
     def copy(self, arrays):
         """Queue the copy of `arrays` to the device; their views there. The staging buffer
@@ -78,7 +82,7 @@ class _Upload:
             device.synchronize()
         for name, values in arrays.items():
             self.staged[name][:values.size] = values.ravel()
-        device.queue_copy_to_device(self.on_device, self.staging)
+        self.copies.queue_to_device()
         self.queued = True
         return self.views
 
@@ -97,35 +101,31 @@ class _States:
         spans, total = _packed(layout)
         self.on_device = device.device_array(total, np.uint8)
         self.staging = device.pinned_array(total, np.uint8)
+        self.copies = device.Copies(self.staging, self.on_device)
         self.row_bytes = [size * np.dtype(dtype).itemsize for _, size in columns]
-        self.dtype = dtype
         views = {name: self.on_device[begin:end].view(dtype).reshape(shape)
                  for (name, _, shape), (begin, end) in zip(layout, spans)}
         self.arrays = {name: views[name] for name, _ in columns}
         self.root_arrays = {root_name(name): views[root_name(name)] for name, _ in columns}
-        self.node_spans, self.root_spans = spans[:len(columns)], spans[len(columns):]
-        self.roots_begin = self.root_spans[0][0]
-        self.roots_on_device = self.on_device[self.roots_begin:]
-        self.roots_staging = self.staging[self.roots_begin:]
+        self.views = {**self.arrays, **self.root_arrays}  # the kernel's arguments
+        # The same arrays in the pinned host memory, where they come back.
+        on_host = [self.staging[begin:end].view(dtype).reshape(shape)
+                   for (_, _, shape), (begin, end) in zip(layout, spans)]
+        self.nodes_on_host, self.roots_on_host = on_host[:len(columns)], on_host[len(columns):]
+        self.roots_begin = spans[len(columns)][0]
+        self.last_root_begin, self.last_node_begin = spans[-1][0], spans[len(columns) - 1][0]
         self.borrower = None  # a weak reference to the Result whose nodes are still here
 
     def roots_to_host(self, roots):
         """Each state's rows of the first `roots` roots, in host arrays of their own."""
-        device.copy_bytes_to_host(self.roots_staging, self.roots_on_device,
-                                  self.root_spans[-1][0] - self.roots_begin
-                                  + roots * self.row_bytes[-1])
-        return self._unpack(self.root_spans, roots)
+        self.copies.to_host(self.roots_begin, self.last_root_begin - self.roots_begin
+                            + roots * self.row_bytes[-1])
+        return [state[:roots].copy() for state in self.roots_on_host]
 
     def nodes_to_host(self, rows):
         """Each state's first `rows` rows, in host arrays of their own."""
-        device.copy_bytes_to_host(self.staging, self.on_device,
-                                  self.node_spans[-1][0] + rows * self.row_bytes[-1])
-        return self._unpack(self.node_spans, rows)
-
-    def _unpack(self, spans, rows):
-        return [self.staging[begin:begin + rows * row_bytes].view(self.dtype)
-                .reshape(rows, row_bytes // np.dtype(self.dtype).itemsize).copy()
-                for (begin, _), row_bytes in zip(spans, self.row_bytes)]
+        self.copies.to_host(0, self.last_node_begin + rows * self.row_bytes[-1])
+        return [state[:rows].copy() for state in self.nodes_on_host]
 
     def lend(self, result):
         """`result` reads its nodes from here until it has them."""
@@ -158,12 +158,12 @@ class DeviceBuffers:
     def forest(self, arrays):
         """Device views of the forest's arrays {name: array}, filled from them: in a kept
         upload that holds them, else in a new one of their bucketed sizes."""
-        upload = next((kept for kept in self._uploads.values() if kept.holds(arrays)), None)
-        if upload is None:
-            layout = tuple((name, values.dtype.str, _bucketed(values.shape))
-                           for name, values in arrays.items())
-            upload = self._uploads.get_or_make(layout, lambda: _Upload(layout))
-        return upload.copy(arrays)
+        for upload in self._uploads.values():
+            if upload.holds(arrays):
+                return upload.copy(arrays)
+        layout = tuple((name, values.dtype.str, _bucketed(values.shape))
+                       for name, values in arrays.items())
+        return self._uploads.get_or_make(layout, lambda: _Upload(layout)).copy(arrays)
 
     def copied(self):
         """The device has run every upload queued so far (the caller has waited for it)."""
@@ -176,7 +176,7 @@ class DeviceBuffers:
         buffers per layout, one that no result still reads its nodes from: a caller keeping
         the latest result only never waits for a copy of its nodes."""
         rows, root_rows = bucket(num_nodes), bucket(num_roots)
-        key = (rows, root_rows, columns, np.dtype(dtype).str)
+        key = (rows, root_rows, columns, dtype)
         pair = self._states.get_or_make(key, list)
         free = next((states for states in pair if not states.lent()), None)
         if free is None and len(pair) < 2:

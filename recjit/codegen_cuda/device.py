@@ -234,49 +234,60 @@ def device_array(shape, dtype):
     return cuda.device_array(shape, dtype=dtype)
 
 
-def queue_copy_to_device(on_device, on_host):
-    """Queue a copy of a pinned host buffer to a device buffer of as many bytes on the
-    launches' stream, and return: the kernel launched next waits for it, the host does not.
-    The host buffer must stay as it is until the stream has run the copy (`synchronize`).
-    `DeviceNDArray.copy_to_device` spends 0.1-0.15 ms checking and viewing its arguments in
-    Python, the synchronous driver call 0.02 ms (H100, numba-cuda 0.30.4, 4 KiB)."""
-    if simulated():
-        on_device.copy_to_device(on_host)
-        return
-    try:
-        stream, library = launch_stream(), _driver()
-    except (AttributeError, OSError):  # numba-cuda internals or libcuda not as recjit knows
-        driver.host_to_device(on_device, on_host, on_host.nbytes)
-        return
-    _check(library.cuMemcpyHtoDAsync_v2(on_device.device_ctypes_pointer.value,
-                                        on_host.ctypes.data, on_host.nbytes, stream),
-           "cuMemcpyHtoDAsync")
+class Copies:
+    """Copies between a pinned host buffer and a device buffer of as many bytes, through the
+    driver (ctypes) on the launches' stream, both buffers' addresses and the stream looked up
+    once: `DeviceNDArray.copy_to_device` spends 0.1-0.15 ms checking and viewing its
+    arguments in Python, `copy_to_host` 0.03-0.1 ms, and numba's `driver.device_to_host`
+    converts both pointers through `cuda.core` at every call (H100, numba-cuda 0.30.4). In
+    the simulator, or where numba-cuda's internals or libcuda are not as recjit knows them,
+    numba copies."""
+
+    def __init__(self, on_host, on_device):
+        self.on_host = on_host
+        self.on_device = on_device
+        self.driver = None  # (libcuda, host address, device address, stream handle)
+        if simulated():
+            return
+        try:
+            self.driver = (_driver(), on_host.ctypes.data,
+                           on_device.device_ctypes_pointer.value, launch_stream())
+        except (AttributeError, OSError):
+            self.driver = None
+
+    def queue_to_device(self):
+        """Queue the copy of the whole host buffer to the device, and return: the kernel
+        launched next waits for it, the host does not. The host buffer must stay as it is
+        until the stream has run the copy (`synchronize`)."""
+        if self.driver is None:
+            if simulated():
+                self.on_device.copy_to_device(self.on_host)
+            else:
+                driver.host_to_device(self.on_device, self.on_host, self.on_host.nbytes)
+            return
+        library, host, on_device, stream = self.driver
+        _check(library.cuMemcpyHtoDAsync_v2(on_device, host, self.on_host.nbytes, stream),
+               "cuMemcpyHtoDAsync")
+
+    def to_host(self, begin, nbytes):
+        """Copy bytes [begin, begin + nbytes) of the device buffer to the host buffer's same
+        bytes: one synchronous copy, after the launches queued on the stream."""
+        if not nbytes:
+            return
+        if self.driver is None:
+            if simulated():
+                self.on_host[begin:begin + nbytes] = \
+                    self.on_device[begin:begin + nbytes].copy_to_host()
+            else:
+                driver.device_to_host(self.on_host[begin:], self.on_device[begin:], nbytes)
+            return
+        library, host, on_device, _ = self.driver
+        _check(library.cuMemcpyDtoH_v2(host + begin, on_device + begin, nbytes), "cuMemcpyDtoH")
 
 
 def synchronize():
     """Wait until the device has run everything queued."""
     cuda.synchronize()
-
-
-def copy_bytes_to_host(on_host, on_device, nbytes):
-    """Copy the first `nbytes` bytes of a device buffer to a host buffer: one synchronous
-    `cuMemcpyDtoH` on the default stream, after the launches queued there, called through
-    ctypes as the upload is. `copy_to_host` spends 0.03-0.1 ms of Python a call, and a view
-    of the bytes as much again (H100, numba-cuda 0.30.4); numba's `driver.device_to_host`,
-    the same driver call, converts both pointers through `cuda.core` at every call."""
-    if simulated():
-        on_host[:nbytes] = on_device.copy_to_host()[:nbytes]
-        return
-    if not nbytes:
-        return
-    try:
-        library = _driver()
-    except OSError:  # libcuda not as recjit knows it
-        driver.device_to_host(on_host, on_device, nbytes)
-        return
-    _check(library.cuMemcpyDtoH_v2(on_host.ctypes.data, on_device.device_ctypes_pointer.value,
-                                   nbytes),
-           "cuMemcpyDtoH")
 
 
 def pinned_array(shape, dtype):

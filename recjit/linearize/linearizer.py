@@ -5,6 +5,7 @@ a contiguous range, parents are numbered below their children and the leaves com
 is then `batch_begin[b] .. batch_begin[b+1]` and "is leaf" is `n >= leaf_begin`. Everything is
 O(nodes + edges) in compiled code and validates the structure on the way."""
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -191,7 +192,7 @@ class Linearized:
     def num_batches(self):
         return self.batch_begin.size - 1
 
-    @property
+    @cached_property  # read several times a run
     def leaf_begin(self):
         return int(self.batch_begin[-2]) if self.num_batches else 0
 

@@ -75,7 +75,10 @@ class Schedule:
       multiply-add); smaller ones read the weights as they are, since packing costs about a
       read and a write of every weight. 0: always.
     - `threads` (CUDA): threads a block, a multiple of 32 up to 512; the kernels are compiled
-      with it as their launch bound, so their registers fit. None: the backend's default."""
+      with it as their launch bound, so their registers fit. None: the backend's default.
+    - `blocks` (CUDA, fused): the blocks of the persistent grid, fewer where fewer can be
+      co-resident. Fewer blocks meet at a grid barrier sooner and hold more of each weight
+      on chip, more take a large batch's products faster. None: one a multiprocessor."""
 
     dynamic_batching: bool = True
     specialize: bool = True
@@ -93,6 +96,7 @@ class Schedule:
     row_block: int = 32
     pack_from_nodes: int = 64
     threads: int = None
+    blocks: int = None
 
     def __post_init__(self):
         for field in fields(self):
@@ -118,6 +122,11 @@ class Schedule:
                                          or self.threads % 32):
             raise ScheduleError(f"Schedule.threads must be a multiple of 32 up to {MAX_THREADS} "
                                 f"(threads a CUDA block) or None, not {self.threads!r}")
+
+        if self.blocks is not None and (isinstance(self.blocks, bool)
+                                        or not isinstance(self.blocks, int) or self.blocks < 1):
+            raise ScheduleError(f"Schedule.blocks must be a positive integer (blocks of the "
+                                f"fused CUDA grid) or None, not {self.blocks!r}")
 
     def but(self, **changes):
         """This schedule with some fields changed."""

@@ -352,3 +352,15 @@ def test_without_node_ranges_every_block_multiplies_every_node_of_a_batch():
         kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
         assert "node_ranges(" not in kernel.source and "units_plan(" in kernel.source
     check(3, tree_fc, forest, p, schedule)
+
+
+@pytest.mark.parametrize("asked, fit, blocks", [(2, 5, 2), (8, 3, 3)],
+                         ids=["fewer than fit", "more than fit"])
+def test_a_schedules_blocks_make_the_fused_grid_up_to_those_that_fit(asked, fit, blocks):
+    forest, _ = STRUCTURES["binary"]
+    p = tree_lstm_params(5, VOCAB, "float64", 16)
+    schedule = rj.Schedule(blocks=asked)
+    with grid_of(fit, tree_lstm):
+        result = tree_lstm.run(forest, p, backend="cuda", schedule=schedule)
+        assert tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel.blocks == blocks
+    assert_same_result(result, tree_lstm.reference(forest, p))

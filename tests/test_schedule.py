@@ -291,7 +291,9 @@ def test_unrolling_a_dag_is_refused_naming_the_field():
     ({"hoist": "yes"}, "Schedule.hoist must be True or False, not 'yes'"),
     ({"refactor": 1}, r"Schedule.refactor must be True or False or None"),
     ({"threads": 100}, "Schedule.threads must be a multiple of 32 up to 512"),
-    ({"threads": 1024}, "Schedule.threads must be a multiple of 32 up to 512")])
+    ({"threads": 1024}, "Schedule.threads must be a multiple of 32 up to 512"),
+    ({"blocks": 0}, "Schedule.blocks must be a positive integer"),
+    ({"blocks": True}, "Schedule.blocks must be a positive integer")])
 def test_a_malformed_schedule_is_refused_naming_the_field(fields, message):
     with pytest.raises(rj.ScheduleError, match=message):
         rj.Schedule(**fields)

@@ -11,8 +11,8 @@
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
 # shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
-# levels, us a batch as chosen (unrefactored, block packs), with the grid's packs, refactored
-# and without split units, LEVELS_ARGS to gpu_levels.py;
+# levels, us a batch as chosen (unrefactored, block packs), on grids of 32 and 64 blocks, and
+# with the grid's packs, LEVELS_ARGS to gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_schedules.py; ranges, the bench's batches with and without node ranges, RANGES_ARGS to
 # gpu_schedules.py; variants, the bench's batches under the default and each schedule that
@@ -103,7 +103,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_fc,tree_lstm --depths 1,8,32,64 \
-            --variants default,gridpacked,refactored,unsplit} ;;
+            --variants default,blocks32,blocks64,gridpacked} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_schedules.py \
             --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         ranges) stage ranges ${RANGES_LIMIT:-300} python3 tools/gpu_schedules.py \

@@ -53,7 +53,7 @@ class CudaKernel:
         if impossible:
             self.fall_back(impossible)
         else:
-            self.configure(device.multiprocessors() if self.fusion else None)
+            self.configure(fused_blocks(schedule) if self.fusion else None)
 
     def configure(self, blocks):
         """Generate and load the source for a fused grid of `blocks` blocks (or unfused)."""
@@ -259,7 +259,12 @@ def grid_barriers(kernel, schedule, weight_shapes):
         return barriers_per_batch(kernel)
     rooted = gather_roots(kernel)
     return grid_barriers_per_batch(rooted, plan_launch(
-        rooted, schedule, weight_shapes, device.multiprocessors(), device.SHARED_BYTES))
+        rooted, schedule, weight_shapes, fused_blocks(schedule), device.SHARED_BYTES))
+
+
+def fused_blocks(schedule):
+    """The blocks a fused grid is generated for (`fit_grid` shrinks it to those that fit)."""
+    return schedule.blocks or device.multiprocessors()
 
 
 def _count(number, noun):

@@ -4,8 +4,7 @@ It renumbers a forest so that every batch (all nodes of one height, across the w
 a contiguous range, parents are numbered below their children and the leaves come last; a batch
 is then `batch_begin[b] .. batch_begin[b+1]` and "is leaf" is `n >= leaf_begin`. Everything is
 O(nodes + edges) in compiled code and validates the structure on the way."""
-from dataclasses import dataclass, replace
-from functools import cached_property
+from dataclasses import dataclass, field, replace
 
 import numba
 import numpy as np
@@ -187,14 +186,16 @@ class Linearized:
     # item i the nodes item_begin[i]..item_begin[i+1], parents first.
     batch_item: np.ndarray = None
     item_begin: np.ndarray = None
+    # The first leaf (the last batch's first node); read several times a run, so kept.
+    leaf_begin: int = field(init=False)
+
+    def __post_init__(self):
+        leaf_begin = int(self.batch_begin[-2]) if self.batch_begin.size > 1 else 0
+        object.__setattr__(self, "leaf_begin", leaf_begin)
 
     @property
     def num_batches(self):
         return self.batch_begin.size - 1
-
-    @cached_property  # read several times a run
-    def leaf_begin(self):
-        return int(self.batch_begin[-2]) if self.num_batches else 0
 
     @property
     def num_leaves(self):

@@ -176,7 +176,8 @@ def test_products_split_in_row_groups_on_several_blocks_equal_reference(warps):
     with grid_of(5, mv_rnn):
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
         assert kernel.plan.row_groups == {"p_W", "p_W_M"}
-        assert "matmul_row_groups(p_W_M, " in kernel.source and "shared_p_W" not in kernel.source
+        assert "row_groups_plan(p_W_M.shape[0], " in kernel.source
+        assert "shared_p_W" not in kernel.source
         assert "groups of four rows" in kernel.describe()
     check(5, mv_rnn, forest, p, warps=warps, lag=LAG)
 
@@ -187,7 +188,8 @@ def test_too_few_blocks_for_two_ranges_a_group_split_the_rows_evenly():
     forest, _ = STRUCTURES["binary"]
     with grid_of(3, mv_rnn):
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
-        assert not kernel.plan.row_groups and "matmul_rows(" in kernel.source
+        assert not kernel.plan.row_groups and "rows_plan(" in kernel.source
+        assert "row_groups_plan(" not in kernel.source
     check(3, mv_rnn, forest, p)
 
 
@@ -364,3 +366,20 @@ def test_a_schedules_blocks_make_the_fused_grid_up_to_those_that_fit(asked, fit,
         result = tree_lstm.run(forest, p, backend="cuda", schedule=schedule)
         assert tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel.blocks == blocks
     assert_same_result(result, tree_lstm.reference(forest, p))
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_a_transposing_pack_each_block_computes_in_its_tile_equals_reference(warps):
+    """MV-RNN packs [B a; A b] for W and the columns of [A; B] for W_M, transposed, in one
+    loop: each block packs both products' inputs in its tile itself (the tile's column c of
+    row 8 · slot + j from the children's element 8 · c + j), so two grid barriers a batch
+    are left, not three; on 5 blocks in row groups, two of which lag, tiles of 8 rows."""
+    p = mv_rnn_params(8, 1000, "float64", 17)
+    forest = rj.Forest.perfect(3, num_trees=2)
+    with grid_of(5, mv_rnn, warps, LAG), tiles_of(8):
+        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_W_M"}
+        assert kernel.plan.tile[0] == 8 and "tile_column * 8" in kernel.source
+        assert kernel.source.count("grid.sync()  # barrier") == 4  # hoisted, 2 a batch, roots
+        result = mv_rnn.run(forest, p, backend="cuda")
+    assert_same_result(result, mv_rnn.reference(forest, p))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
                              MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
-from .packs import NO_PACKS, PACKED_ROW, TILE
+from .packs import NO_PACKS, PACKED_ROW, TILE, TILE_COLUMN
 from .ranges import NO_RANGES
 from .units import NO_SPLIT, element_extent
 
@@ -141,14 +141,15 @@ class Emitter:
         a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
         extent, element = element_extent(pack.loop.body)
+        columns = pack.columns
         ranged = self.ranges.products.get(id(product))
         kind, operand, share = product_share(product, self.persistent, self.split,
                                              self.row_groups, ranged)
         capacity = self.tile_nodes
         plan = f"{kind}_plan({', '.join(share)})"
-        items = f"range(cuda.threadIdx.x, tile_rows * {extent}, cuda.blockDim.x)"
+        items = f"range(cuda.threadIdx.x, tile_rows * {columns}, cuda.blockDim.x)"
         multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
-                    f"{extent}, {product.y}[first_input + tile_first:], turn)")
+                    f"{columns}, {product.y}[first_input + tile_first:], turn)")
         self.lines += [
             f"{pad}# each block packs its nodes' inputs of {product.x} in {TILE} itself",
             f"{pad}weight_rows, y_rows, held, first_input, inputs = {plan}",
@@ -156,10 +157,14 @@ class Emitter:
             f"{pad}for step in range(tiles):",
             f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, inputs)",
             f"{pad}    for item in {items}:",
-            f"{pad}        tile_row = item // {extent}",
+            f"{pad}        tile_row = item // {columns}",
             f"{pad}        {PACKED_ROW} = first_input + tile_first + tile_row"]
         self.statements(pack.position, depth + 2, extent)
-        self.lines.append(f"{pad}        {element} = item % {extent}")
+        if pack.element is None:
+            self.lines.append(f"{pad}        {element} = item % {columns}")
+        else:
+            self.lines += [f"{pad}        {TILE_COLUMN} = item % {columns}",
+                           f"{pad}        {element} = {expression(pack.element)}"]
         self.statements(pack.body, depth + 2, extent)
         self.lines += [
             f"{pad}    cuda.syncthreads()",

@@ -17,7 +17,11 @@ A pack loop P followed by a barrier B and products is *packed per block* when
   (a binary TreeLSTM's U_f, a row per child: a tile row then packs the child it stands for);
   or, for an x of a row per edge, at [edge - base, element] inside P's loop over a node's
   edges, from values that iteration computes alone (a child-sum model's per-child products:
-  a tile row then packs the edge it stands for, whichever node it is);
+  a tile row then packs the edge it stands for, whichever node it is); or, transposing, at
+  [a · item + element mod a, element div a] (MV-RNN's [A; B], a row per column of the
+  children's matrices: a tile row then packs column j of them, each tile column c from
+  element c · a + j);
+- P's element loops around those stores span x's columns (a · x's columns, transposing);
 - nothing but M reads x, and M multiplies all of a weight's columns into y's rows as they are;
 - the grid surely met at a barrier after everything P reads was written: only names and
   comments lie between that barrier and P (or, at the start of the batch loop, the loop's
@@ -33,10 +37,11 @@ from ..lowering.ilir import (Alloc, Barrier, BinOp, Const, If, Let, Loop, MatMul
                              Var, nodes, walk)
 from .units import barrier_positions, edge_loop_node, element_extent, loads, written_by
 
-# The fused kernel's shared array that the products stage their inputs through, the row of it
-# a thread fills, and the row of the product's inputs that row stands for.
+# The fused kernel's shared array that the products stage their inputs through, the row and
+# the column of it a thread fills, and the row of the product's inputs that row stands for.
 TILE = "x_tile"
 TILE_ROW = "tile_row"
+TILE_COLUMN = "tile_column"
 PACKED_ROW = "packed_row"
 
 
@@ -45,11 +50,15 @@ class Pack:
     """How a block fills row `TILE_ROW` of its tile with row `PACKED_ROW` of a product's
     inputs: `loop`, the grid's pack loop it stands in for; `position`, the statements that
     bind the loop's variables for that row (its item, the item's part, or its edge); `body`,
-    the loop's statements that compute the row, storing into the tile."""
+    the loop's statements that compute the row, storing into the tile; `columns`, the
+    inputs' columns; `element`, the loop's element for tile column `TILE_COLUMN` (an ILIR
+    expression of it), or None where it is the tile column itself."""
 
     loop: Loop
     position: tuple
     body: tuple
+    columns: int
+    element: object = None
 
 
 @dataclass(frozen=True)
@@ -116,33 +125,55 @@ def _candidate(body, index, widths, readers, tile_columns):
     if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
             and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
         return None
-    extent, element = element_extent(pack.body)
+    element = element_extent(pack.body)[1]
     following = []
     for statement in body[index + 2:]:
         if not isinstance(statement, MatMul):
             break
         following.append(statement)
     products = [product for product in following if product.x in written_by(pack)]
-    if (element is None or extent > tile_columns
-            or {product.x for product in products} != written_by(pack)
-            or any(store.index[1:] != (Var(element),) for store, _ in _stores(pack.body))):
+    if element is None or {product.x for product in products} != written_by(pack):
         return None
     packed = []
     for product in products:
+        width = widths.get(product.x)
         if (not product.parallel or product.columns is not None or product.x_row is not None
                 or product.y_row is not None or readers.get(product.x) != 1
-                or widths.get(product.x) != Const(extent)):
+                or not isinstance(width, Const) or width.value > tile_columns):
             return None
         others = written_by(pack) - {product.x}
-        rows = (_rows_per_item(pack, product, others)
-                or _row_per_edge(pack, product, others, element))
-        if rows is None:
+        stores = [(store, loops) for store, loops in _stores(pack.body)
+                  if store.array == product.x]
+        if all(store.index[1] == Var(element) for store, _ in stores):
+            rows = (_spans(stores, element, width.value)
+                    and (_rows_per_item(pack, product, others, width.value)
+                         or _row_per_edge(pack, product, others, element, width.value)))
+        else:
+            rows = _transposed(pack, product, others, stores, element, width.value)
+        if not rows:
             return None
         packed.append((product, rows))
     return packed
 
 
-def _rows_per_item(pack, product, others):
+def _spans(stores, element, extent):
+    """Whether the element loops around `stores` (each inside one over `element`) together
+    span the elements 0 ... extent - 1 and no others."""
+    spans = set()
+    for _, loops in stores:
+        around = [loop for loop in loops if loop.element and loop.var == element]
+        if len(around) != 1 or not isinstance(around[0].start, Const):
+            return False
+        spans.add((around[0].start.value, around[0].stop.value))
+    reached = 0
+    for start, stop in sorted(spans):
+        if start != reached:
+            return False
+        reached = stop
+    return reached == extent
+
+
+def _rows_per_item(pack, product, others, columns):
     """The `Pack` of a product whose inputs each item of `pack` packs in `a` rows, a · item +
     j for each j < a, and that multiplies a rows an item; else None."""
     parts = {item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
@@ -162,7 +193,31 @@ def _rows_per_item(pack, product, others):
     body = _into_tile(pack.body, product.x, others,
                       lambda store: (None if per_item == 1 else
                                      item_part(store.index[0], pack.var)[1]))
-    return Pack(pack, position, _live_only(body))
+    return Pack(pack, position, _live_only(body), columns)
+
+
+def _transposed(pack, product, others, stores, element, columns):
+    """The `Pack` of a product whose inputs each item of `pack` packs transposed, element k
+    at [a · item + k mod a, k div a], and that multiplies a rows an item; else None."""
+    per_item = None
+    for store, _ in stores:
+        row, column = store.index
+        if not (isinstance(column, BinOp) and column.operator == "//"
+                and column.left == Var(element) and isinstance(column.right, Const)):
+            return None
+        per_item = per_item or column.right.value
+        if (column.right.value != per_item
+                or row != BinOp("+", BinOp("*", Var(pack.var), Const(per_item)),
+                                BinOp("%", Var(element), Const(per_item)))):
+            return None
+    if (not _spans(stores, element, per_item * columns)
+            or product.rows != BinOp("*", pack.stop, Const(per_item))):
+        return None
+    position = (Let(pack.var, BinOp("//", Var(PACKED_ROW), Const(per_item))),
+                Let("part", BinOp("%", Var(PACKED_ROW), Const(per_item))))
+    body = _into_tile(pack.body, product.x, others, lambda store: None)
+    return Pack(pack, position, _live_only(body), columns,
+                BinOp("+", BinOp("*", Var(TILE_COLUMN), Const(per_item)), Var("part")))
 
 
 def item_part(row, item):
@@ -179,7 +234,7 @@ def item_part(row, item):
     return None
 
 
-def _row_per_edge(pack, product, others, element):
+def _row_per_edge(pack, product, others, element, columns):
     """The `Pack` of a product whose inputs `pack` packs a row per edge, at [edge - base, k]
     inside its loop over a node's edges (`child_ptr[node]` to `child_ptr[node + 1]`), `base`
     and the rows the product multiplies named outside the pack, the row computed from
@@ -195,7 +250,7 @@ def _row_per_edge(pack, product, others, element):
     free = set(_names_read(body)) - _bound_names(body) - {edge.var, element, TILE_ROW}
     if free & bound:
         return None
-    return Pack(pack, (Let(edge.var, BinOp("+", Var(base), Var(PACKED_ROW))),), body)
+    return Pack(pack, (Let(edge.var, BinOp("+", Var(base), Var(PACKED_ROW))),), body, columns)
 
 
 def _edge_loop(row, loops, bound):

@@ -109,25 +109,28 @@ class Schedule:
                                     + f", not {value!r}")
         for name in ("unroll", "row_block"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _whole(value) or value < 1:
                 raise ScheduleError(f"Schedule.{name} must be a positive integer, not {value!r}")
         value = self.pack_from_nodes
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if not _whole(value) or value < 0:
             raise ScheduleError(f"Schedule.pack_from_nodes must be a non-negative integer "
                                 f"(a number of nodes), not {value!r}")
 
-        if self.threads is not None and (isinstance(self.threads, bool)
-                                         or not isinstance(self.threads, int)
+        if self.threads is not None and (not _whole(self.threads)
                                          or not 0 < self.threads <= MAX_THREADS
                                          or self.threads % 32):
             raise ScheduleError(f"Schedule.threads must be a multiple of 32 up to {MAX_THREADS} "
                                 f"(threads a CUDA block) or None, not {self.threads!r}")
 
-        if self.blocks is not None and (isinstance(self.blocks, bool)
-                                        or not isinstance(self.blocks, int) or self.blocks < 1):
+        if self.blocks is not None and (not _whole(self.blocks) or self.blocks < 1):
             raise ScheduleError(f"Schedule.blocks must be a positive integer (blocks of the "
                                 f"fused CUDA grid) or None, not {self.blocks!r}")
 
     def but(self, **changes):
         """This schedule with some fields changed."""
         return replace(self, **changes)
+
+
+def _whole(value):
+    """Whether `value` is an int, and not a bool (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)

@@ -1,5 +1,6 @@
 """What the CUDA backend asks of numba.cuda: the one place that tells numba's simulator
 (`NUMBA_ENABLE_CUDASIM=1`, which runs a cooperative grid of one block) from a GPU."""
+import contextlib
 import ctypes
 import operator
 
@@ -249,11 +250,9 @@ class Copies:
         self.driver = None  # (libcuda, host address, device address, stream handle)
         if simulated():
             return
-        try:
+        with contextlib.suppress(AttributeError, OSError):
             self.driver = (_driver(), on_host.ctypes.data,
                            on_device.device_ctypes_pointer.value, launch_stream())
-        except (AttributeError, OSError):
-            self.driver = None
 
     def queue_to_device(self):
         """Queue the copy of the whole host buffer to the device, and return: the kernel

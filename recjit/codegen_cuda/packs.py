@@ -146,8 +146,9 @@ def _candidate(body, index, widths, readers, tile_columns):
                   if store.array == product.x]
         if all(store.index[1] == Var(element) for store, _ in stores):
             rows = (_spans(stores, element, width.value)
-                    and (_rows_per_item(pack, product, others, width.value)
-                         or _row_per_edge(pack, product, others, element, width.value)))
+                    and (_rows_per_item(pack, product, others, stores, width.value)
+                         or _row_per_edge(pack, product, others, stores, element,
+                                          width.value)))
         else:
             rows = _transposed(pack, product, others, stores, element, width.value)
         if not rows:
@@ -173,11 +174,11 @@ def _spans(stores, element, extent):
     return reached == extent
 
 
-def _rows_per_item(pack, product, others, columns):
+def _rows_per_item(pack, product, others, stores, columns):
     """The `Pack` of a product whose inputs each item of `pack` packs in `a` rows, a · item +
-    j for each j < a, and that multiplies a rows an item; else None."""
-    parts = {item_part(store.index[0], pack.var) for store, _ in _stores(pack.body)
-             if store.array == product.x}
+    j for each j < a (`stores`, with the loops around each), and that multiplies a rows an
+    item; else None."""
+    parts = {item_part(store.index[0], pack.var) for store, _ in stores}
     if None in parts or len({per_item for per_item, _ in parts}) != 1:
         return None
     per_item = next(iter(parts))[0]
@@ -198,7 +199,8 @@ def _rows_per_item(pack, product, others, columns):
 
 def _transposed(pack, product, others, stores, element, columns):
     """The `Pack` of a product whose inputs each item of `pack` packs transposed, element k
-    at [a · item + k mod a, k div a], and that multiplies a rows an item; else None."""
+    at [a · item + k mod a, k div a] (`stores`), and that multiplies a rows an item; else
+    None."""
     per_item = None
     for store, _ in stores:
         row, column = store.index
@@ -234,14 +236,13 @@ def item_part(row, item):
     return None
 
 
-def _row_per_edge(pack, product, others, element, columns):
+def _row_per_edge(pack, product, others, stores, element, columns):
     """The `Pack` of a product whose inputs `pack` packs a row per edge, at [edge - base, k]
-    inside its loop over a node's edges (`child_ptr[node]` to `child_ptr[node + 1]`), `base`
-    and the rows the product multiplies named outside the pack, the row computed from
-    that iteration's values alone; else None."""
+    (`stores`) inside its loop over a node's edges (`child_ptr[node]` to
+    `child_ptr[node + 1]`), `base` and the rows the product multiplies named outside the
+    pack, the row computed from that iteration's values alone; else None."""
     bound = _bound_names(pack.body) | {pack.var}
-    edges = {_edge_loop(store.index[0], loops, bound)
-             for store, loops in _stores(pack.body) if store.array == product.x}
+    edges = {_edge_loop(store.index[0], loops, bound) for store, loops in stores}
     if len(edges) != 1 or None in edges or not isinstance(product.rows, Var) \
             or product.rows.name in bound:
         return None

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 import recjit as rj
 from recjit.linearize import distinct, linearize
 
-from conftest import binary_forests, caterpillar
+from conftest import binary_forests, caterpillar, random_dags
 
 
 def heights(forest):
@@ -48,6 +48,45 @@ def test_children_fields_and_roots_follow_the_permutation(forest):
         assert np.array_equal(lin.old_of_new[children], forest.children(old))
     assert np.array_equal(lin.fields["word"], forest.fields["word"][lin.old_of_new])
     assert np.array_equal(lin.old_of_new[lin.roots], forest.roots)
+
+
+def relabelled(forest, new_of_old):
+    """The same DAG with node n numbered new_of_old[n], each node's children in their order."""
+    edges = [(new_of_old[parent], new_of_old[child]) for parent in range(forest.num_nodes)
+             for child in forest.children(parent)]
+    return rj.Forest.from_edges(forest.num_nodes, edges, kind="dag")
+
+
+def stable_height_order(forest):
+    """Cortex's numbering, computed plainly: longest path down to a leaf by repeated
+    relaxation, then the nodes sorted tallest first, in their own order within a height."""
+    height = np.zeros(forest.num_nodes, dtype=int)
+    for _ in range(forest.num_nodes):
+        for node in range(forest.num_nodes):
+            children = forest.children(node)
+            if children.size:
+                height[node] = 1 + height[children].max()
+    return sorted(range(forest.num_nodes), key=lambda node: (-height[node], node))
+
+
+@given(random_dags(features=1), st.sampled_from(["as built", "reversed", "shuffled"]),
+       st.integers(0, 2**32 - 1))
+def test_the_numbering_is_a_stable_sort_by_height_whatever_the_input_order(dag, order, seed):
+    labels = np.arange(dag.num_nodes)
+    if order == "reversed":  # children numbered before their parents
+        labels = labels[::-1]
+    elif order == "shuffled":  # edges both ways: the heights go through Kahn's algorithm
+        labels = np.random.default_rng(seed).permutation(dag.num_nodes)
+    forest = relabelled(dag, labels)
+    lin = linearize(forest, single_parent=False)
+    assert lin.old_of_new.tolist() == stable_height_order(forest)
+    for new in range(lin.num_nodes):
+        children = lin.child_idx[lin.child_ptr[new]:lin.child_ptr[new + 1]]
+        assert np.array_equal(lin.old_of_new[children], forest.children(lin.old_of_new[new]))
+    internal_batches = np.diff(lin.batch_begin)[:-1]
+    edges = np.diff(lin.child_ptr[lin.batch_begin])[:-1]
+    assert lin.max_batch_size == (internal_batches.max() if internal_batches.size else 0)
+    assert lin.max_batch_edges == (edges.max() if edges.size else 0)
 
 
 def test_a_chain_of_depth_5000_linearizes_without_recursion():

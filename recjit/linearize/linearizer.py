@@ -21,41 +21,64 @@ CYCLE = 6
 ORPHAN = 7
 WRONG_ARITY = 8
 ANY_ARITY = -1
+# How a forest's numbering orders the ends of every edge (`_check_structure`).
+PARENTS_FIRST = 0
+CHILDREN_FIRST = 1
+MIXED = 2
 
 
 @numba.njit(cache=True)
 def _check_structure(child_ptr, child_idx, roots, single_parent, arity):
-    """Returns (status, culprit node, parent count per node). `arity` >= 0: every node has
+    """Returns (status, culprit node, parent count per node, the order every edge keeps in
+    the numbering: PARENTS_FIRST, CHILDREN_FIRST or MIXED). `arity` >= 0: every node has
     0 or `arity` children."""
     num_nodes = child_ptr.size - 1
     parent_count = np.zeros(num_nodes, dtype=np.int64)
+    parents_first = children_first = True
     if child_ptr[0] != 0 or child_ptr[num_nodes] != child_idx.size:
-        return BAD_CHILD_PTR, 0, parent_count
+        return BAD_CHILD_PTR, 0, parent_count, MIXED
     for node in range(num_nodes):
         if child_ptr[node] > child_ptr[node + 1]:
-            return BAD_CHILD_PTR, node, parent_count
+            return BAD_CHILD_PTR, node, parent_count, MIXED
         num_children = child_ptr[node + 1] - child_ptr[node]
         if arity != ANY_ARITY and num_children != 0 and num_children != arity:
-            return WRONG_ARITY, node, parent_count
+            return WRONG_ARITY, node, parent_count, MIXED
         for position in range(child_ptr[node], child_ptr[node + 1]):
             child = child_idx[position]
             if child < 0 or child >= num_nodes:
-                return CHILD_OUT_OF_RANGE, node, parent_count
+                return CHILD_OUT_OF_RANGE, node, parent_count, MIXED
             parent_count[child] += 1
             if single_parent and parent_count[child] > 1:
-                return TWO_PARENTS, child, parent_count
+                return TWO_PARENTS, child, parent_count, MIXED
+            parents_first &= child > node
+            children_first &= child < node
     is_root = np.zeros(num_nodes, dtype=np.bool_)
     for position in range(roots.size):
         root = roots[position]
         if root < 0 or root >= num_nodes:
-            return ROOT_OUT_OF_RANGE, position, parent_count
+            return ROOT_OUT_OF_RANGE, position, parent_count, MIXED
         if parent_count[root] > 0:
-            return ROOT_IS_CHILD, root, parent_count
+            return ROOT_IS_CHILD, root, parent_count, MIXED
         is_root[root] = True
     for node in range(num_nodes):
         if parent_count[node] == 0 and not is_root[node]:
-            return ORPHAN, node, parent_count
-    return OK, 0, parent_count
+            return ORPHAN, node, parent_count, MIXED
+    order = PARENTS_FIRST if parents_first else CHILDREN_FIRST if children_first else MIXED
+    return OK, 0, parent_count, order
+
+
+@numba.njit(cache=True)
+def _heights_in_order(child_ptr, child_idx, order):
+    """Height of every node in one pass, where every edge keeps `order` (PARENTS_FIRST, as
+    pre-order numbers a tree, or CHILDREN_FIRST): each child's height is known before its
+    parent's, and no cycle is possible."""
+    num_nodes = child_ptr.size - 1
+    height = np.zeros(num_nodes, dtype=np.int64)
+    for step in range(num_nodes):
+        node = num_nodes - 1 - step if order == PARENTS_FIRST else step
+        for position in range(child_ptr[node], child_ptr[node + 1]):
+            height[node] = max(height[node], height[child_idx[position]] + 1)
+    return height
 
 
 @numba.njit(cache=True)
@@ -120,33 +143,48 @@ def permuted_children(child_ptr, child_idx, old_of_new, new_of_old):
 
 @numba.njit(cache=True)
 def _renumber(child_ptr, child_idx, height):
-    """Counting sort by height, highest first; stable in the original order within a batch."""
+    """Counting sort by height, highest first; stable in the original order within a batch.
+    A batch's children are contiguous too, in the same order, so a node's first child's new
+    position is its batch's running count of edges: one pass places the nodes, a second
+    their children."""
     num_nodes = child_ptr.size - 1
     max_height = 0
     for node in range(num_nodes):
         max_height = max(max_height, height[node])
     num_batches = max_height + 1
     batch_begin = np.zeros(num_batches + 1, dtype=np.int64)
-    for node in range(num_nodes):
-        batch_begin[max_height - height[node] + 1] += 1
-    for batch in range(num_batches):
-        batch_begin[batch + 1] += batch_begin[batch]
-    fill = batch_begin[:-1].copy()
-    new_of_old = np.empty(num_nodes, dtype=np.int64)
-    old_of_new = np.empty(num_nodes, dtype=np.int64)
+    edge_begin = np.zeros(num_batches + 1, dtype=np.int64)
     for node in range(num_nodes):
         batch = max_height - height[node]
-        new_of_old[node] = fill[batch]
-        old_of_new[fill[batch]] = node
-        fill[batch] += 1
-    new_child_ptr, new_child_idx = permuted_children(child_ptr, child_idx, old_of_new,
-                                                     new_of_old)
+        batch_begin[batch + 1] += 1
+        edge_begin[batch + 1] += child_ptr[node + 1] - child_ptr[node]
+    for batch in range(num_batches):
+        batch_begin[batch + 1] += batch_begin[batch]
+        edge_begin[batch + 1] += edge_begin[batch]
+    node_fill = batch_begin[:-1].copy()
+    edge_fill = edge_begin[:-1].copy()
+    new_of_old = np.empty(num_nodes, dtype=np.int64)
+    old_of_new = np.empty(num_nodes, dtype=np.int64)
+    new_child_ptr = np.empty(num_nodes + 1, dtype=np.int64)
+    new_child_ptr[num_nodes] = child_idx.size
+    for node in range(num_nodes):
+        batch = max_height - height[node]
+        new = node_fill[batch]
+        node_fill[batch] = new + 1
+        new_of_old[node] = new
+        old_of_new[new] = node
+        new_child_ptr[new] = edge_fill[batch]
+        edge_fill[batch] += child_ptr[node + 1] - child_ptr[node]
+    new_child_idx = np.empty(child_idx.size, dtype=np.int64)
+    for node in range(num_nodes):
+        offset = new_child_ptr[new_of_old[node]] - child_ptr[node]
+        for position in range(child_ptr[node], child_ptr[node + 1]):
+            new_child_idx[position + offset] = new_of_old[child_idx[position]]
     max_batch_size = 0
     max_batch_edges = 0
     for batch in range(num_batches - 1):
-        begin, end = batch_begin[batch], batch_begin[batch + 1]
-        max_batch_size = max(max_batch_size, end - begin)
-        max_batch_edges = max(max_batch_edges, new_child_ptr[end] - new_child_ptr[begin])
+        max_batch_size = max(max_batch_size, batch_begin[batch + 1] - batch_begin[batch])
+        max_batch_edges = max(max_batch_edges, edge_begin[batch + 1] - edge_begin[batch])
     return (batch_begin, new_of_old, old_of_new, new_child_ptr, new_child_idx, max_batch_size,
             max_batch_edges)
 
@@ -154,15 +192,21 @@ def _renumber(child_ptr, child_idx, height):
 @numba.njit(cache=True)
 def _linearize(child_ptr, child_idx, roots, single_parent, arity):
     """Validation, heights and renumbering in one compiled call: (status, culprit node, then
-    `_renumber`'s arrays and maxima, empty when the status is not OK)."""
+    `_renumber`'s arrays and maxima, empty when the status is not OK). Forests numbered in
+    either order along every edge (pre-order trees, sequences, most DAG builders) get their
+    heights in one pass; any other numbering goes through Kahn's algorithm, which also finds
+    cycles."""
     empty = np.zeros(0, dtype=np.int64)
-    status, culprit, parent_count = _check_structure(child_ptr, child_idx, roots,
-                                                     single_parent, arity)
+    status, culprit, parent_count, order = _check_structure(child_ptr, child_idx, roots,
+                                                            single_parent, arity)
     if status != OK:
         return status, culprit, empty, empty, empty, empty, empty, 0, 0
-    height, on_cycle = _heights(child_ptr, child_idx, parent_count)
-    if on_cycle >= 0:
-        return CYCLE, on_cycle, empty, empty, empty, empty, empty, 0, 0
+    if order == MIXED:
+        height, on_cycle = _heights(child_ptr, child_idx, parent_count)
+        if on_cycle >= 0:
+            return CYCLE, on_cycle, empty, empty, empty, empty, empty, 0, 0
+    else:
+        height = _heights_in_order(child_ptr, child_idx, order)
     return (OK, 0) + _renumber(child_ptr, child_idx, height)
 
 

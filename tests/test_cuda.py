@@ -525,7 +525,7 @@ def test_an_unrefactored_tree_lstm_batch_has_one_grid_barrier_as_a_refactored_on
                              file=io.StringIO())
     assert "each block packs the inputs of batch_x_U_f, batch_x_U_iou, leaf_x_W_iou" in text
     batch_loop = (tree_lstm.kernel_source("cuda").split("for b in range")[1]
-                  .split("grid.sync()  # barrier: the roots read")[0])
+                  .split("# no barrier: the grid met after the last writes, so the roots read")[0])
     assert batch_loop.count("grid.sync()") == 1
     check(tree_lstm, forest, p, unrefactored)
 

@@ -380,6 +380,23 @@ def test_a_transposing_pack_each_block_computes_in_its_tile_equals_reference(war
         kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
         assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_W_M"}
         assert kernel.plan.tile[0] == 8 and "tile_column * 8" in kernel.source
-        assert kernel.source.count("grid.sync()  # barrier") == 4  # hoisted, 2 a batch, roots
+        assert kernel.source.count("grid.sync()  # barrier") == 3  # hoisted, 2 a batch
         result = mv_rnn.run(forest, p, backend="cuda")
     assert_same_result(result, mv_rnn.reference(forest, p))
+
+
+def test_the_roots_are_gathered_after_the_last_batchs_grid_barrier_without_one_of_their_own():
+    """An unrefactored TreeFC batch ends where the grid meets, the last batch too, so the
+    gather of the roots' states that follows the batch loop needs no barrier of its own: on 3
+    blocks that lag after the block barriers of their packs, the roots still equal the
+    reference."""
+    forest, _ = STRUCTURES["binary"]
+    p = tree_fc_params(5, VOCAB, "float64", 6)
+    unrefactored = rj.Schedule(refactor=False)
+    with grid_of(3, tree_fc, lag=LAG):
+        source = tree_fc.compile(forest, p, "cuda", unrefactored).backend_kernel.source
+        assert source.count("grid.sync()") == 2  # after the hoisted leaves, and a batch
+        assert ("# no barrier: the grid met after the last writes, so the roots read the last "
+                "batches' states") in source
+        result = tree_fc.run(forest, p, backend="cuda", schedule=unrefactored)
+    assert_same_result(result, tree_fc.reference(forest, p))

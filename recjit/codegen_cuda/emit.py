@@ -62,7 +62,10 @@ class Emitter:
         for index, statement in enumerate(body):
             if id(statement) in self.packs.skipped:
                 continue
-            if isinstance(statement, Barrier) and self.split.block_barrier(body, index):
+            if isinstance(statement, Barrier) and self.split.grid_met_before(body, index):
+                self.lines.append(f"{'    ' * depth}# no barrier: the grid met after the last "
+                                  f"writes, so {statement.reason}")
+            elif isinstance(statement, Barrier) and self.split.block_barrier(body, index):
                 self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
                                   f"{statement.reason} (each block its own units)")
             else:

@@ -82,10 +82,15 @@ class UnitSplit:
         """Whether everything written before `body[index]` was written before a barrier at
         which the grid surely met: only names and comments lie between that barrier and
         it; at the start of a sequential loop's statements, the loop's last statement and
-        the last before the loop are such barriers."""
+        the last before the loop are such barriers; after a sequential loop, its last
+        statement and the last before it (it may run no iteration)."""
         position = index - 1
         while position >= 0 and isinstance(body[position], (Let, Comment, Alloc)):
             position -= 1
+        if position >= 0 and isinstance(body[position], Loop) and not body[position].parallel:
+            loop_body = body[position].body
+            return (self.grid_met_before(loop_body, len(loop_body))
+                    and self.grid_met_before(body, position))
         if position >= 0:
             return isinstance(body[position], Barrier) and self.grid_meets(body, position)
         if body is self.kernel_body:

@@ -89,6 +89,18 @@ def test_the_numbering_is_a_stable_sort_by_height_whatever_the_input_order(dag, 
     assert lin.max_batch_edges == (edges.max() if edges.size else 0)
 
 
+@given(random_dags(features=70))
+def test_fields_of_wide_rows_follow_the_permutation(dag):
+    """Rows of 64 floats or more are gathered in compiled code, the others by NumPy."""
+    x = dag.fields["x"]
+    fields = {"x": x, "x32": x.astype(np.float32).reshape(-1, 7, 10), "x_narrow": x[:, :3]}
+    forest = rj.Forest(dag.child_ptr, dag.child_idx, dag.roots, fields, kind="dag")
+    lin = linearize(forest, single_parent=False)
+    for name, values in fields.items():
+        assert lin.fields[name].dtype == values.dtype
+        assert np.array_equal(lin.fields[name], values[lin.old_of_new])
+
+
 def test_a_chain_of_depth_5000_linearizes_without_recursion():
     lin = linearize(caterpillar(5000, 7))
     assert lin.num_batches == 5001

@@ -51,6 +51,11 @@ class Schedule:
       tile at a time, with a block barrier, not a grid barrier, before the product
       (`codegen_cuda/packs.py`); `False`: the grid packs them into global memory and meets
       before the product (the ablation baseline).
+    - `shared_tiles` (CUDA, fused, with `block_packs`): products whose inputs one pack loop
+      computes fill the same tiles, one product's rows after another's, with one pair of
+      block barriers a tile for them all (`Emitter.packed_products`); `False`: each product
+      packs and multiplies its own tiles, one product after the other (the ablation
+      baseline).
     - `node_ranges` (CUDA, fused, with `split_units`): a batch of many nodes is split in ranges
       of nodes as well as in units, each block computing one group of units of one range, so
       that the grid reads each node's inputs once per group, not once per block
@@ -89,6 +94,7 @@ class Schedule:
     stage_products: bool = True
     row_groups: bool = True
     block_packs: bool = True
+    shared_tiles: bool = True
     node_ranges: bool = True
     unroll: int = 1
     refactor: bool = None

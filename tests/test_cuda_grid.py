@@ -126,19 +126,21 @@ def test_dag_rnn_on_several_blocks_equals_reference():
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
        split_units=st.booleans(), row_groups=st.booleans(), block_packs=st.booleans(),
-       node_ranges=st.booleans(), unroll=st.integers(1, 3),
+       shared_tiles=st.booleans(), node_ranges=st.booleans(), unroll=st.integers(1, 3),
        refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
        seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
                                                            split_units, row_groups,
-                                                           block_packs, node_ranges, unroll,
-                                                           refactor, specialize, data, seed):
+                                                           block_packs, shared_tiles,
+                                                           node_ranges, unroll, refactor,
+                                                           specialize, data, seed):
     """Hidden size 3: a balance of 3 or so, so batches of 2 nodes or more split in ranges."""
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
     schedule = rj.Schedule(persistence=persistence, split_units=split_units,
                            row_groups=row_groups, block_packs=block_packs,
-                           node_ranges=node_ranges, unroll=unroll, refactor=refactor,
+                           shared_tiles=shared_tiles, node_ranges=node_ranges, unroll=unroll,
+                           refactor=refactor,
                            specialize=specialize)
     check(count, model, data.draw(forests), make_params(3, VOCAB, "float64", seed),
           schedule, lag=LAG)
@@ -226,6 +228,36 @@ def test_a_pack_of_a_row_per_child_each_block_computes_in_its_tile_equals_refere
         assert "part = packed_row % 2" in kernel.source
         assert "grid.sync()  # barrier: the products read the packed inputs" not in kernel.source
         check(3, tree_lstm, forest, p, schedule, warps=warps, lag=LAG)
+
+
+@pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
+def test_products_packed_by_one_loop_share_their_tiles_and_equal_reference(warps):
+    """Unrefactored TreeLSTM packs U_iou's inputs (a row a node) and U_f's (a row a child) in
+    one loop: each block fills its tiles with U_iou's rows, then U_f's, and multiplies each
+    product's part of a tile (batches of 12, 6 and 3 nodes, 36, 18 and 9 rows, tiles of 5,
+    so that a tile holds the last rows of one and the first of the other; 3 blocks that
+    lag)."""
+    forest = rj.Forest.perfect(3, num_trees=3, vocab_size=VOCAB)
+    p = tree_lstm_params(4, VOCAB, "float64", 13)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(3, tree_lstm), tiles_of(5):
+        source = tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel.source
+        assert "batch_x_U_iou, batch_x_U_f in x_tile itself, in the same tiles" in source
+        assert "tile_part(rows_U_iou, rows_U_f, tile_first, tile_rows)" in source
+        check(3, tree_lstm, forest, p, schedule, warps=warps, lag=LAG)
+
+
+def test_without_shared_tiles_each_packed_product_fills_tiles_of_its_own():
+    """`Schedule(shared_tiles=False)`: TreeLSTM's U_iou and U_f, packed by one loop, each
+    pack and multiply their own tiles, one after the other (the ablation baseline)."""
+    forest = rj.Forest.perfect(3, num_trees=3, vocab_size=VOCAB)
+    p = tree_lstm_params(4, VOCAB, "float64", 14)
+    unshared = rj.Schedule(refactor=False, shared_tiles=False)
+    with grid_of(3, tree_lstm), tiles_of(5):
+        source = tree_lstm.compile(forest, p, "cuda", unshared).backend_kernel.source
+        assert "in the same tiles" not in source and "tile_part" not in source
+        assert source.count("# each block packs its nodes' inputs of batch_x_U") == 2
+        check(3, tree_lstm, forest, p, unshared, lag=LAG)
 
 
 def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():

@@ -11,7 +11,7 @@ on none: this is where they are tried.
 
 The variants (`SCHEDULES`, also `gpu_levels.py`'s) each turn one choice off: unrefactored,
 refactored, unpersistent, unsplit, unstaged, ungrouped, unranged, gridpacked (unrefactored,
-the grid packing); blocks32 and blocks64 run a fused grid of that many blocks, not one a
+the grid packing), unshared (unrefactored, each packed product in tiles of its own); blocks32 and blocks64 run a fused grid of that many blocks, not one a
 multiprocessor (a cheaper grid barrier, fewer hands for a large batch). None of those since
 the fifth GPU session has been timed on a GPU."""
 import argparse
@@ -38,6 +38,7 @@ SCHEDULES = {"default": rj.Schedule(), "refactored": rj.Schedule(refactor=True),
              "ungrouped": rj.Schedule(row_groups=False),
              "unranged": rj.Schedule(node_ranges=False),
              "gridpacked": rj.Schedule(block_packs=False, refactor=False),
+             "unshared": rj.Schedule(shared_tiles=False, refactor=False),
              "blocks32": rj.Schedule(blocks=32), "blocks64": rj.Schedule(blocks=64)}
 
 

@@ -12,7 +12,8 @@
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
 # shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
 # levels, us a batch as chosen (unrefactored, block packs), on grids of 32 and 64 blocks, and
-# with the grid's packs, LEVELS_ARGS to gpu_levels.py;
+# with the grid's packs, and each packed product in tiles of its own, LEVELS_ARGS to
+# gpu_levels.py;
 # refactor, the per-forest refactoring choice against both schedules, REFACTOR_ARGS to
 # gpu_schedules.py; ranges, the bench's batches with and without node ranges, RANGES_ARGS to
 # gpu_schedules.py; variants, the bench's batches under the default and each schedule that
@@ -103,7 +104,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_fc,tree_lstm --depths 1,8,32,64 \
-            --variants default,blocks32,blocks64,gridpacked} ;;
+            --variants default,blocks32,blocks64,gridpacked,unshared} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_schedules.py \
             --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         ranges) stage ranges ${RANGES_LIMIT:-300} python3 tools/gpu_schedules.py \
@@ -112,7 +113,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         variants) stage variants ${VARIANTS_LIMIT:-540} python3 tools/gpu_schedules.py \
             --trees "$TREES" ${VARIANTS_ARGS:---models tree_fc,tree_lstm,mv_rnn \
             --hidden small --count 4 --rounds 8 \
-            --schedules default,unranged,gridpacked,unstaged,ungrouped} ;;
+            --schedules default,unranged,gridpacked,unstaged,ungrouped,unshared} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \

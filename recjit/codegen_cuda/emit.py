@@ -59,10 +59,14 @@ class Emitter:
         self.ranges = ranges
 
     def statements(self, body, depth, extent=None):
+        shared_tiles = self.shared_tiles(body)
         for index, statement in enumerate(body):
             if id(statement) in self.packs.skipped:
                 continue
-            if isinstance(statement, Barrier) and self.split.grid_met_before(body, index):
+            if index in shared_tiles:
+                if shared_tiles[index]:
+                    self.packed_products(shared_tiles[index], depth)
+            elif isinstance(statement, Barrier) and self.split.grid_met_before(body, index):
                 self.lines.append(f"{'    ' * depth}# no barrier: the grid met after the last "
                                   f"writes, so {statement.reason}")
             elif isinstance(statement, Barrier) and self.split.block_barrier(body, index):
@@ -173,6 +177,82 @@ class Emitter:
             f"{pad}    cuda.syncthreads()",
             f"{pad}    turn = {multiply}",
             f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one"]
+
+    def shared_tiles(self, body):
+        """{index: the products from there on} for each run of two or more consecutive
+        products of `body` whose inputs one pack computes per block, each row of the same
+        columns at the tile column (`packed_products`); {index: ()} for the run's others.
+        None under `Schedule(shared_tiles=False)`."""
+        runs, run = {}, []
+        if not self.packs.shared_tiles:
+            return runs
+        for index, statement in enumerate([*body, None]):
+            pack = self.packs.products.get(id(statement))
+            if (pack is not None and pack.element is None
+                    and (not run or pack.columns == run[0][1].columns)):
+                run.append((index, pack))
+                continue
+            if len(run) > 1:
+                runs[run[0][0]] = tuple(body[position] for position, _ in run)
+                runs.update((position, ()) for position, _ in run[1:])
+            run = [(index, pack)] if pack is not None and pack.element is None else []
+        return runs
+
+    def packed_products(self, products, depth):
+        """Consecutive products whose inputs one pack loop computes (`packs.py`), packed in
+        the same tiles, one product's rows after another's: a tile's two block barriers
+        serve them all, and the warps that one product leaves idle start the next one's
+        items (`turn`), as they did when the grid packed the inputs."""
+        pad = "    " * depth
+        packs = [self.packs.products[id(product)] for product in products]
+        columns, capacity = packs[0].columns, self.tile_nodes
+        names = [product.weight.removeprefix("p_") for product in products]
+        if len(set(names)) < len(names):
+            names = [str(position) for position in range(len(products))]
+        firsts = ["0"] + [" + ".join(f"rows_{name}" for name in names[:end])
+                          for end in range(1, len(names))]
+        total = " + ".join(f"rows_{name}" for name in names)
+        self.lines.append(f"{pad}# each block packs its nodes' inputs of "
+                          f"{', '.join(product.x for product in products)} in {TILE} itself, "
+                          "in the same tiles")
+        shares = [product_share(product, self.persistent, self.split, self.row_groups,
+                                self.ranges.products.get(id(product))) for product in products]
+        for (kind, _, share), name in zip(shares, names):
+            self.lines += [
+                (f"{pad}weight_rows_{name}, y_rows_{name}, held_{name}, first_input_{name}, "
+                 f"inputs_{name} = {kind}_plan({', '.join(share)})"),
+                f"{pad}rows_{name} = inputs_{name} if held_{name} > 0 else 0"]
+        self.lines += [
+            f"{pad}tiles = ({total} + {capacity - 1}) // {capacity}",
+            f"{pad}for step in range(tiles):",
+            f"{pad}    tile_first, tile_rows = tile_span(step, tiles, {capacity}, {total})",
+            (f"{pad}    for item in range(cuda.threadIdx.x, tile_rows * {columns}, "
+             "cuda.blockDim.x):"),
+            f"{pad}        tile_row = item // {columns}",
+            f"{pad}        input_row = tile_first + tile_row"]
+        for position, (pack, name, first) in enumerate(zip(packs, names, firsts)):
+            extent, element = element_extent(pack.loop.body)
+            if position == len(packs) - 1:
+                self.lines.append(f"{pad}        else:")
+            else:
+                keyword = "if" if position == 0 else "elif"
+                self.lines.append(f"{pad}        {keyword} input_row < {firsts[position + 1]}:")
+            offset = ("" if first == "0" else f" - ({first})" if " + " in first
+                      else f" - {first}")
+            self.lines.append(f"{pad}            {PACKED_ROW} = first_input_{name} + "
+                              f"input_row{offset}")
+            self.statements(pack.position, depth + 3, extent)
+            self.lines.append(f"{pad}            {element} = item % {columns}")
+            self.statements(pack.body, depth + 3, extent)
+        self.lines.append(f"{pad}    cuda.syncthreads()")
+        for product, (_, operand, _), name, first in zip(products, shares, names, firsts):
+            self.lines += [
+                (f"{pad}    part_row, part_rows, part_first = tile_part({first}, rows_{name}, "
+                 "tile_first, tile_rows)"),
+                (f"{pad}    turn = multiply_tile({operand}, weight_rows_{name}, y_rows_{name}, "
+                 f"held_{name}, {TILE}[part_row:], part_rows, {columns}, "
+                 f"{product.y}[first_input_{name} + part_first:], turn)")]
+        self.lines.append(f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one")
 
     def block_per_item(self, loop, depth):
         """A block-stride loop over the items, each run by the whole block."""
@@ -376,7 +456,7 @@ def _jit(fast_math, launch_bound):
 RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_range", "matmul_rows",
                  "matmul_row_groups", "matmul_units", "multiply_tile", "node_ranges",
                  "owned_units", "range_plan", "range_share", "row_groups_plan", "rows_plan",
-                 "tile_span", "units_plan")
+                 "tile_part", "tile_span", "units_plan")
 
 
 def emit_fused(kernel, fast_math, header, plan, launch_bound):

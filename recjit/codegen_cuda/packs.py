@@ -65,11 +65,13 @@ class Pack:
 class BlockPacks:
     """`products`: {id of a product M: its `Pack`}; `skipped`: the ids of the pack loops and
     barriers that the packed products replace; `arrays`: the packed arrays, which are no
-    longer scratch. Empty: every pack is the grid's."""
+    longer scratch; `shared_tiles`: whether products of one pack loop share their tiles.
+    Empty: every pack is the grid's."""
 
     products: dict = field(default_factory=dict)
     skipped: frozenset = frozenset()
     arrays: frozenset = frozenset()
+    shared_tiles: bool = True  # `Schedule.shared_tiles`
 
 
 NO_PACKS = BlockPacks()

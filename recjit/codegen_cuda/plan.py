@@ -5,7 +5,7 @@ through, the packs each block computes itself, the units the blocks split and th
 whose nodes they split in ranges too. The emitter
 writes the plan down; the refactoring choice reads the grid barriers it leaves
 (`grid_barriers_per_batch`)."""
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -60,6 +60,7 @@ def plan_launch(kernel, schedule, weight_shapes, blocks, shared_bytes):
     packs, split = NO_PACKS, unit_split
     if schedule.block_packs and tile and tile != UNUSED_TILE:
         packs, split = block_packs(kernel, unit_split, tile[1])
+        packs = replace(packs, shared_tiles=schedule.shared_tiles)
     ranges = node_ranges(kernel, split, weight_shapes) if schedule.node_ranges else NO_RANGES
     return LaunchPlan(row_groups, persistent, tile, packs, split, ranges)
 

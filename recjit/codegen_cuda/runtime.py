@@ -262,6 +262,17 @@ def tile_span(step, tiles, capacity, rows):
 
 
 @cuda.jit(device=True, inline=True)
+def tile_part(part_first, part_rows, tile_first, tile_rows):
+    """(the tile row it starts at, its rows in the tile, its first row) of one product's part
+    of a tile filled from the rows tile_first ... tile_first + tile_rows - 1 of several
+    products' inputs, packed one product after another: the product's are part_first ...
+    part_first + part_rows - 1 (`Emitter.packed_products`)."""
+    first = max(tile_first, part_first)
+    last = min(tile_first + tile_rows, part_first + part_rows)
+    return first - tile_first, max(0, last - first), first - part_first
+
+
+@cuda.jit(device=True, inline=True)
 def multiply_tile(weight, weight_rows, y_rows, held, tile, count, columns, y, turn):
     """y[s, r] = Σ_k W[r, k] · tile[s, k] for s < count, the first `columns` of the tile's
     rows (shared memory, filled by the block), and the rows r of `multiply_direct`'s maps.

@@ -25,7 +25,7 @@ import recjit as rj
 
 BASE = rj.Schedule(dynamic_batching=False, specialize=False, hoist=False, fusion=False,
                    persistence=False, split_units=False, stage_products=False, row_groups=False,
-                   block_packs=False, node_ranges=False, refactor=False)
+                   block_packs=False, shared_tiles=False, node_ranges=False, refactor=False)
 # (label, the fields it switches on); each step keeps the ones before it.
 STEPS = [("base", {}), ("+ dynamic batching", {"dynamic_batching": True}),
          ("+ specialization", {"specialize": True}), ("+ hoisting", {"hoist": True})]
@@ -34,6 +34,7 @@ GPU_STEPS = [("+ fusion", {"fusion": True}), ("+ persistence", {"persistence": T
              ("+ staged products", {"stage_products": True}),
              ("+ row groups", {"row_groups": True}),
              ("+ block packs", {"block_packs": True}),
+             ("+ shared tiles", {"shared_tiles": True}),
              ("+ node ranges", {"node_ranges": True})]
 UNROLL_MODELS, UNROLL_DEPTHS = ("tree_lstm", "tree_rnn"), (1, 2, 3, 4)
 REFACTOR_MODELS = ("tree_gru", "simple_tree_gru")

@@ -147,7 +147,6 @@ class Emitter:
         share's rows into its tile itself, a tile at a time, and multiplies them from there;
         a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
-        extent, element = element_extent(pack.loop.body)
         columns = pack.columns
         ranged = self.ranges.products.get(id(product))
         kind, operand, share = product_share(product, self.persistent, self.split,
@@ -166,36 +165,44 @@ class Emitter:
             f"{pad}    for item in {items}:",
             f"{pad}        tile_row = item // {columns}",
             f"{pad}        {PACKED_ROW} = first_input + tile_first + tile_row"]
-        self.statements(pack.position, depth + 2, extent)
-        if pack.element is None:
-            self.lines.append(f"{pad}        {element} = item % {columns}")
-        else:
-            self.lines += [f"{pad}        {TILE_COLUMN} = item % {columns}",
-                           f"{pad}        {element} = {expression(pack.element)}"]
-        self.statements(pack.body, depth + 2, extent)
+        self.pack_row(pack, depth + 2)
         self.lines += [
             f"{pad}    cuda.syncthreads()",
             f"{pad}    turn = {multiply}",
             f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one"]
 
+    def pack_row(self, pack, depth):
+        """The statements by which a thread fills its element of tile row `tile_row` with row
+        `packed_row` of a product's inputs as `pack` computes it, at tile column `item %
+        columns`."""
+        pad = "    " * depth
+        extent, element = element_extent(pack.loop.body)
+        self.statements(pack.position, depth, extent)
+        if pack.element is None:
+            self.lines.append(f"{pad}{element} = item % {pack.columns}")
+        else:
+            self.lines += [f"{pad}{TILE_COLUMN} = item % {pack.columns}",
+                           f"{pad}{element} = {expression(pack.element)}"]
+        self.statements(pack.body, depth, extent)
+
     def shared_tiles(self, body):
         """{index: the products from there on} for each run of two or more consecutive
         products of `body` whose inputs one pack computes per block, each row of the same
         columns at the tile column (`packed_products`); {index: ()} for the run's others.
-        None under `Schedule(shared_tiles=False)`."""
+        Empty under `Schedule(shared_tiles=False)`."""
         runs, run = {}, []
         if not self.packs.shared_tiles:
             return runs
         for index, statement in enumerate([*body, None]):
             pack = self.packs.products.get(id(statement))
-            if (pack is not None and pack.element is None
-                    and (not run or pack.columns == run[0][1].columns)):
+            shares = pack is not None and pack.element is None
+            if shares and run and pack.columns == run[0][1].columns:
                 run.append((index, pack))
                 continue
             if len(run) > 1:
                 runs[run[0][0]] = tuple(body[position] for position, _ in run)
                 runs.update((position, ()) for position, _ in run[1:])
-            run = [(index, pack)] if pack is not None and pack.element is None else []
+            run = [(index, pack)] if shares else []
         return runs
 
     def packed_products(self, products, depth):
@@ -231,7 +238,6 @@ class Emitter:
             f"{pad}        tile_row = item // {columns}",
             f"{pad}        input_row = tile_first + tile_row"]
         for position, (pack, name, first) in enumerate(zip(packs, names, firsts)):
-            extent, element = element_extent(pack.loop.body)
             if position == len(packs) - 1:
                 self.lines.append(f"{pad}        else:")
             else:
@@ -241,9 +247,7 @@ class Emitter:
                       else f" - {first}")
             self.lines.append(f"{pad}            {PACKED_ROW} = first_input_{name} + "
                               f"input_row{offset}")
-            self.statements(pack.position, depth + 3, extent)
-            self.lines.append(f"{pad}            {element} = item % {columns}")
-            self.statements(pack.body, depth + 3, extent)
+            self.pack_row(pack, depth + 3)
         self.lines.append(f"{pad}    cuda.syncthreads()")
         for product, (_, operand, _), name, first in zip(products, shares, names, firsts):
             self.lines += [

@@ -132,13 +132,19 @@ def permuted_children(child_ptr, child_idx, old_of_new, new_of_old):
     for new in range(num_nodes):
         old = old_of_new[new]
         new_child_ptr[new + 1] = new_child_ptr[new] + child_ptr[old + 1] - child_ptr[old]
+    return new_child_ptr, placed_children(child_ptr, child_idx, new_child_ptr, new_of_old)
+
+
+@numba.njit(cache=True)
+def placed_children(child_ptr, child_idx, new_child_ptr, new_of_old):
+    """child_idx in a new numbering, each node's children at the offset `new_child_ptr`
+    gives its new number."""
     new_child_idx = np.empty(child_idx.size, dtype=np.int64)
-    for new in range(num_nodes):
-        old = old_of_new[new]
-        offset = new_child_ptr[new] - child_ptr[old]
-        for position in range(child_ptr[old], child_ptr[old + 1]):
+    for node in range(child_ptr.size - 1):
+        offset = new_child_ptr[new_of_old[node]] - child_ptr[node]
+        for position in range(child_ptr[node], child_ptr[node + 1]):
             new_child_idx[position + offset] = new_of_old[child_idx[position]]
-    return new_child_ptr, new_child_idx
+    return new_child_idx
 
 
 @numba.njit(cache=True)
@@ -146,7 +152,7 @@ def _renumber(child_ptr, child_idx, height):
     """Counting sort by height, highest first; stable in the original order within a batch.
     A batch's children are contiguous too, in the same order, so a node's first child's new
     position is its batch's running count of edges: one pass places the nodes, a second
-    their children."""
+    their children (`placed_children`)."""
     num_nodes = child_ptr.size - 1
     max_height = 0
     for node in range(num_nodes):
@@ -175,11 +181,7 @@ def _renumber(child_ptr, child_idx, height):
         old_of_new[new] = node
         new_child_ptr[new] = edge_fill[batch]
         edge_fill[batch] += child_ptr[node + 1] - child_ptr[node]
-    new_child_idx = np.empty(child_idx.size, dtype=np.int64)
-    for node in range(num_nodes):
-        offset = new_child_ptr[new_of_old[node]] - child_ptr[node]
-        for position in range(child_ptr[node], child_ptr[node + 1]):
-            new_child_idx[position + offset] = new_of_old[child_idx[position]]
+    new_child_idx = placed_children(child_ptr, child_idx, new_child_ptr, new_of_old)
     max_batch_size = 0
     max_batch_edges = 0
     for batch in range(num_batches - 1):

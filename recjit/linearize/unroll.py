@@ -10,7 +10,7 @@ from dataclasses import replace
 import numba
 import numpy as np
 
-from .linearizer import permuted_children
+from .linearizer import permuted_children, permuted_rows
 
 
 @numba.njit(cache=True)
@@ -70,4 +70,5 @@ def _permute(linearized, order):
     return replace(linearized, child_ptr=child_ptr, child_idx=child_idx,
                    roots=new_of_current[linearized.roots], old_of_new=old_of_new,
                    new_of_old=new_of_old,
-                   fields={name: values[order] for name, values in linearized.fields.items()})
+                   fields={name: permuted_rows(values, order)
+                           for name, values in linearized.fields.items()})

@@ -12,7 +12,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
-from .params import WithContext, shape_and_dtype
+from .params import WithContext, host_copy, on_device, shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -133,6 +133,8 @@ class RecursiveModel:
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
                 tuple((name, fields[name].shape[1:], fields[name].dtype.kind)
+                      if isinstance(fields[name], np.ndarray)
+                      else (name, *_field_spec(fields[name], kind=True))
                       for name in field_names if name in fields))
 
     def with_context(self, p, context):
@@ -174,7 +176,7 @@ class RecursiveModel:
             with self._lock:
                 entry = self._compiled.get(key)
                 if entry is None:
-                    field_specs = {name: (values.shape[1:], values.dtype)
+                    field_specs = {name: _field_spec(values)
                                    for name, values in forest.fields.items()}
                     cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
                     barriers = backend_barriers(backend, schedule, key[2])
@@ -233,6 +235,8 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         p = self.with_context(p, context)
+        if backend != "cuda" and isinstance(forest, Forest):
+            forest = forest.on_host()  # the CPU kernel reads host memory
         _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
         shapes = compiled.cell.state_shapes
         if linearized.num_nodes == 0:
@@ -245,6 +249,7 @@ class RecursiveModel:
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`."""
         linearized_check = self.linearize(forest)
+        forest = forest.on_host()
         if linearized_check.num_nodes == 0:
             return self._empty_result(self.compile(forest, p, context=context).cell)
         self.with_context(p, context)  # refuses a wrong count or name, as `run` does
@@ -333,13 +338,21 @@ def _weight_shapes(parameters):
     return {param_name(name): shape for name, shape, _ in parameters}
 
 
+def _field_spec(values, kind=False):
+    """(the shape of a node's value, the dtype or with `kind` its kind) of a host or GPU
+    field."""
+    shape, dtype = ((values.shape, values.dtype) if isinstance(values, np.ndarray)
+                    else shape_and_dtype(values))
+    return tuple(shape[1:]), dtype.kind if kind else dtype
+
+
 def check_finite_inputs(cell, forest, p):
     """Name the first parameter or float field holding a NaN or an infinity, and where."""
     arrays = [(f"parameter {name!r}", getattr(p, name)) for name in sorted(cell.parameters)]
     arrays += [(f"field {name!r}", forest.fields[name]) for name in sorted(cell.fields)
-               if forest.fields[name].dtype.kind == "f"]
+               if _field_spec(forest.fields[name])[1].kind == "f"]
     for what, values in arrays:
-        values = np.asarray(values)
+        values = host_copy(values) if on_device(values) else np.asarray(values)
         bad = np.argwhere(~np.isfinite(values))
         if bad.size:
             index = tuple(int(i) for i in bad[0])

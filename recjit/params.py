@@ -35,6 +35,21 @@ class DeviceParams(Params):
             setattr(self, name, value)
 
 
+def on_device(value):
+    """Whether `value` lives in GPU memory: a numba device array (or its simulator's), or any
+    object exposing `__cuda_array_interface__` (CuPy arrays, PyTorch CUDA tensors)."""
+    return not isinstance(value, np.ndarray) and (
+        hasattr(value, "copy_to_host") or hasattr(value, "__cuda_array_interface__"))
+
+
+def host_copy(value):
+    """A GPU array's values, copied into a NumPy array."""
+    if not hasattr(value, "copy_to_host"):
+        from numba import cuda
+        value = cuda.as_cuda_array(value)
+    return value.copy_to_host()
+
+
 def shape_and_dtype(value):
     """A parameter's shape and dtype, without copying a device array to the host."""
     if isinstance(value, np.ndarray):

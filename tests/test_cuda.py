@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from recjit.codegen_cuda import device
+from recjit.codegen_cuda.buffers import DeviceBuffers
 from recjit.schedule import MAX_THREADS
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from gru import gru, make_params as gru_params
@@ -324,7 +325,7 @@ def test_buffer_rows_are_the_next_power_of_two_and_at_least_the_smallest_bucket(
 
 
 def test_buffers_keep_the_most_recently_used_layouts_only():
-    from recjit.codegen_cuda.buffers import KEPT_LAYOUTS, DeviceBuffers
+    from recjit.codegen_cuda.buffers import KEPT_LAYOUTS
     buffers = DeviceBuffers()
 
     def states(nodes=1, columns=1):
@@ -345,7 +346,6 @@ def test_buffers_keep_the_most_recently_used_layouts_only():
 
 
 def test_forest_arrays_of_several_dtypes_and_odd_sizes_go_up_in_one_buffer_intact():
-    from recjit.codegen_cuda.buffers import DeviceBuffers
     arrays = {"weights": np.arange(3, dtype=np.float32) / 7,  # 12 bytes, then padding
               "children": np.arange(10, dtype=np.int64).reshape(5, 2) - 4,
               "mask": np.array([1, 0, 1], dtype=np.int8),
@@ -373,7 +373,7 @@ def test_a_generated_host_function_sizes_the_scratch_to_bucketed_rows():
 
 
 def test_a_smaller_forest_goes_up_in_an_upload_kept_for_a_larger_one():
-    from recjit.codegen_cuda.buffers import SMALLEST_BUCKET, DeviceBuffers
+    from recjit.codegen_cuda.buffers import SMALLEST_BUCKET
     buffers = DeviceBuffers()
 
     def forest(nodes):
@@ -391,7 +391,6 @@ def test_a_smaller_forest_goes_up_in_an_upload_kept_for_a_larger_one():
 
 def test_states_of_different_widths_come_back_from_one_buffer_intact():
     """Nodes' rows and roots' rows each in one copy, whatever the widths and padding."""
-    from recjit.codegen_cuda.buffers import DeviceBuffers
     states = DeviceBuffers().states(5, 3, (("h", 3), ("C", 7), ("c", 1)), np.float32)
     for arrays, copy_back, rows in ((states.arrays, states.nodes_to_host, 5),
                                     (states.root_arrays, states.roots_to_host, 3)):
@@ -657,6 +656,128 @@ def test_compiling_reads_a_device_parameters_shape_and_dtype_not_its_values():
     with pytest.raises(rj.InputError, match="parameter 'E' is a GPU array"):
         rnn_of_described_parameters.run(rj.Forest.from_nested([((1, 2), 3)]), described,
                                         backend="cuda")
+
+
+def on_the_gpu(forest, dtype=None):
+    """The forest with its float fields copied to the GPU (in `dtype`, if given)."""
+    return rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                     {name: cuda.to_device(values.astype(dtype or values.dtype))
+                      if values.dtype.kind == "f" else values
+                      for name, values in forest.fields.items()}, kind=forest.kind)
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+@small
+@given(forest=random_dags(features=HIDDEN, max_nodes=10), seed=seeds)
+def test_float_fields_on_the_gpu_equal_reference(schedule, forest, seed):
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=seed)
+    assert_same_result(dag_rnn.run(on_the_gpu(forest), p, backend="cuda", schedule=schedule),
+                       dag_rnn.reference(forest, p))
+
+
+def test_a_gpu_field_is_put_in_the_linearized_order_on_the_device(monkeypatch):
+    """The field stays out of the upload, which carries `old_of_new` instead; the grid's
+    numbering is not the linearized one, so reading the field as given would be wrong."""
+    forest = grids(2, HIDDEN, 3, 3, dtype="float64", seed=5)
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=5)
+    assert not np.array_equal(dag_rnn.linearize(forest).old_of_new,
+                              np.arange(forest.num_nodes))
+    uploaded, upload = [], DeviceBuffers.forest
+    monkeypatch.setattr(DeviceBuffers, "forest", lambda self, arrays: (
+        uploaded.append(sorted(arrays)), upload(self, arrays))[1])
+    result = dag_rnn.run(on_the_gpu(forest), p, backend="cuda")
+    assert "field_x" not in uploaded[0] and "old_of_new" in uploaded[0]
+    assert_same_result(result, dag_rnn.reference(forest, p))
+
+
+def test_runs_alternating_host_and_gpu_fields_each_equal_reference():
+    """One kernel, two uploads laid out differently: each run finds its own."""
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=6)
+    for seed, place in enumerate([lambda f: f, on_the_gpu] * 2):
+        forest = grids(2, HIDDEN, 2, 3, dtype="float64", seed=seed)
+        assert_same_result(dag_rnn.run(place(forest), p, backend="cuda"),
+                           dag_rnn.reference(forest, p))
+
+
+@rj.recursive_model(arity=2)
+def matrix_field_rnn(node, p):
+    """A matrix a node, read from a field: no weight, so no product from the runtime."""
+    if node.is_leaf:
+        return rj.tanh(node.M @ p.b)
+    return rj.tanh(node.M @ (matrix_field_rnn(node.left, p) + matrix_field_rnn(node.right, p)))
+
+
+def matrix_field_case():
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    rng = np.random.default_rng(7)
+    forest = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                       {"M": rng.normal(size=(forest.num_nodes, HIDDEN, HIDDEN))})
+    return forest, rj.Params(b=rng.normal(size=HIDDEN))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_a_kernel_that_calls_no_runtime_function_compiles_and_equals_reference(schedule):
+    forest, p = matrix_field_case()
+    check(matrix_field_rnn, forest, p, schedule)
+    source = matrix_field_rnn.kernel_source("cuda")
+    assert not any(line.endswith(" import") for line in source.splitlines())
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED, rj.Schedule(unroll=2)],
+                         ids=["fused", "unfused", "unrolled"])
+def test_a_matrix_field_on_the_gpu_equals_reference(schedule):
+    forest, p = matrix_field_case()
+    assert_same_result(matrix_field_rnn.run(on_the_gpu(forest), p, backend="cuda",
+                                            schedule=schedule),
+                       matrix_field_rnn.reference(forest, p))
+
+
+def test_the_cpu_backend_and_the_reference_read_gpu_fields_copied_to_the_host():
+    forest = grids(2, HIDDEN, 3, 2, dtype="float64", seed=8)
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=8)
+    assert_same_result(dag_rnn.run(on_the_gpu(forest), p), dag_rnn.reference(forest, p))
+    assert_same_result(dag_rnn.reference(on_the_gpu(forest), p), dag_rnn.reference(forest, p))
+
+
+def test_check_finite_names_the_node_of_a_nan_in_a_gpu_field():
+    forest = grids(2, HIDDEN, 2, 2, dtype="float64", seed=9)
+    forest.fields["x"][3, 1] = np.nan
+    with pytest.raises(rj.InputError, match=r"field 'x' holds nan at node 3"):
+        dag_rnn.run(on_the_gpu(forest), dag_rnn_params(HIDDEN, dtype="float64"),
+                    backend="cuda", check_finite=True)
+
+
+def test_a_gpu_field_in_another_dtype_than_the_kernels_is_refused_naming_it():
+    forest = on_the_gpu(grids(2, HIDDEN, 2, 2, dtype="float64", seed=10), "float32")
+    with pytest.raises(rj.InputError, match="field 'x' is a float32 array on the device"):
+        dag_rnn.run(forest, dag_rnn_params(HIDDEN, dtype="float64"), backend="cuda")
+
+
+def test_an_integer_field_on_the_gpu_is_refused_naming_it():
+    with pytest.raises(rj.InputError, match="field 'word' is a int64 array on the GPU"):
+        rj.Forest.from_edges(3, [(0, 1), (0, 2)],
+                             fields={"word": cuda.to_device(np.arange(3, dtype=np.int64))})
+
+
+def test_a_gpu_field_of_the_wrong_length_is_refused_naming_it():
+    with pytest.raises(rj.InputError, match=r"field 'x' has shape \(2, 4\)"):
+        rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"x": cuda.to_device(np.ones((2, 4)))})
+
+
+@pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator takes NumPy arrays only")
+def test_fields_exposing_the_cuda_array_interface_are_read_in_place():
+    class Foreign:
+        """A GPU array from another library: only `__cuda_array_interface__`."""
+
+        def __init__(self, array):
+            self.array = array
+            self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+    forest = grids(2, HIDDEN, 3, 3, dtype="float64", seed=11)
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=11)
+    foreign = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                        {"x": Foreign(cuda.to_device(forest.fields["x"]))}, kind="dag")
+    assert_same_result(dag_rnn.run(foreign, p, backend="cuda"), dag_rnn.reference(forest, p))
 
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="this machine has a GPU")

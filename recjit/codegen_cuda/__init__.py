@@ -9,6 +9,7 @@ from ..errors import FallbackWarning
 from ..generated import load_module
 from ..lowering import barriers_per_batch
 from ..lowering.arguments import forest_arguments, kernel_parameters
+from ..lowering.lower import field_name
 from ..result import Result, rows_in_order
 from . import buffers, device, runtime
 from .buffers import DeviceBuffers
@@ -157,10 +158,20 @@ class CudaKernel:
         fused run sizes the grid to the blocks that fit (`fit_grid`)."""
         dtype = self.dtype
         scalars, forest_arrays = forest_arguments(self.kernel, linearized)
+        on_device = {}
+        if linearized.unpermuted:
+            on_device = {name: forest_arrays.pop(field_name(name))
+                         for name in sorted(linearized.unpermuted)
+                         if field_name(name) in forest_arrays}
+        if on_device:
+            forest_arrays["old_of_new"] = linearized.old_of_new
+        uploaded = self.buffers.forest(forest_arrays)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
                                      self.kernel.states, dtype)
-        arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, dtype),
-                  **states.views}
+        arrays = {**uploaded, **self.parameters(params, dtype), **states.views}
+        if on_device:
+            arrays.update(self.reordered_fields(on_device, uploaded["old_of_new"],
+                                                linearized.num_nodes, dtype))
         scalar_values = [scalars[name] for name in self.kernel.scalars]
 
         def arguments():
@@ -210,6 +221,26 @@ class CudaKernel:
             arrays[name] = kept[1]
         return arrays
 
+    def reordered_fields(self, fields, old_of_new, rows, dtype):
+        """{kernel argument: device array} for GPU fields {name: array in the forest's
+        order}: each put in the linearized order on the device (`runtime.gather_rows`, on
+        the stream the kernel follows), not copied to the host and back."""
+        arrays = {}
+        for name, values in fields.items():
+            values = device.to_device(f"field {name!r}", values, dtype)
+            reordered = self.buffers.field(name, rows, values.shape[1:], dtype)
+            if values.ndim != 2:
+                values = values.reshape(rows, -1)
+            self.gather(values, old_of_new, reordered.rows, rows)
+            arrays[field_name(name)] = reordered.array
+        return arrays
+
+    def gather(self, source, order, out, rows):
+        """out[i] = source[order[i]] for i < rows, queued on the device."""
+        if rows * out.shape[1]:
+            blocks = min(-(-rows * out.shape[1] // self.threads), 4 * device.multiprocessors())
+            runtime.gather_rows[blocks, self.threads](source, order, out, rows)
+
     def result(self, states, shapes, linearized, device_output):
         """The roots' states, which the kernel gathered, copied back; the nodes' states (their
         first `num_nodes` rows: the rest is the buffers' slack) in the forest's order when
@@ -233,9 +264,7 @@ class CudaKernel:
             for (name, _), shape in zip(self.kernel.states, shapes):
                 state = states.arrays[name]
                 gathered = device.device_array((order.shape[0], state.shape[1]), state.dtype)
-                if gathered.size:
-                    blocks = min(-(-gathered.size // self.threads), 4 * device.multiprocessors())
-                    runtime.gather_rows[blocks, self.threads](state, order, gathered)
+                self.gather(state, order, gathered, order.shape[0])
                 out.append(gathered.reshape((order.shape[0],) + shape))
         return Result(nodes=tuple(nodes), roots=tuple(roots))
 

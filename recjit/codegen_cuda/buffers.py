@@ -61,14 +61,18 @@ class _Upload:
         self.copies = device.Copies(self.staging, self.on_device)
         self.staged, self.views = {}, {}
         self.queued = False  # whether the device may not have copied the staging buffer yet
+        self.names = tuple(name for name, _, _ in layout)
         self.capacity = tuple(shape[0] for _, _, shape in layout)
         for (name, dtype, shape), (begin, end) in zip(layout, spans):
             self.staged[name] = self.staging[begin:end].view(dtype)
             self.views[name] = self.on_device[begin:end].view(dtype).reshape(shape)
 
     def holds(self, arrays):
-        """Whether each of `arrays` has no more rows than its view: a kernel's forest arrays
-        have the same names, dtypes and other dimensions in every run."""
+        """Whether `arrays` are the ones laid out here, each with no more rows than its view:
+        a kernel's forest arrays of one name have the same dtype and other dimensions in every
+        run (a run with GPU fields uploads `old_of_new` instead)."""
+        if tuple(arrays) != self.names:
+            return False
         for values, rows in zip(arrays.values(), self.capacity):
             if len(values) > rows:
                 return False
@@ -147,13 +151,26 @@ class _States:
         self.borrower = None
 
 
+class _Field:
+    """A GPU field's rows in the linearized order: `array`, (bucketed rows,) + the field's
+    other dimensions, which the kernel reads; `rows`, the same memory as (rows, columns),
+    which the gather writes."""
+
+    def __init__(self, rows, shape, dtype):
+        self.array = device.device_array((bucket(rows),) + tuple(shape), dtype)
+        self.rows = (self.array if len(shape) == 1
+                     else self.array.reshape(bucket(rows), int(np.prod(shape))))
+
+
 class DeviceBuffers:
-    """A kernel's device memory: the forest's arrays, the states, the scratch."""
+    """A kernel's device memory: the forest's arrays, the states, the scratch, GPU fields in
+    the linearized order."""
 
     def __init__(self):
         self._uploads = _Kept()
         self._states = _Kept()
         self._scratch = _Kept()
+        self._fields = _Kept()
 
     def forest(self, arrays):
         """Device views of the forest's arrays {name: array}, filled from them: in a kept
@@ -188,6 +205,11 @@ class DeviceBuffers:
             pair.remove(free)
         pair.append(free)  # the least recently used first
         return free
+
+    def field(self, name, rows, shape, dtype):
+        """The `_Field` that holds GPU field `name`, of `shape` a node, for `rows` nodes."""
+        key = (name, bucket(rows), tuple(shape), np.dtype(dtype).str)
+        return self._fields.get_or_make(key, lambda: _Field(rows, shape, dtype))
 
     def scratch(self, shapes, dtype):
         """A device array for each of `shapes` (bucketed already: `emit_scratch_shapes`)."""

@@ -445,7 +445,8 @@ def _module_header(kernel, header, runtime_names):
     """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
     if has_items_per_block(kernel.body):
         runtime_names = ["block_matmul", *runtime_names]
-    imports = [f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}"]
+    imports = ([f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}"]
+               if runtime_names else [])
     if scratch_arrays(kernel):
         imports.insert(0, "from recjit.codegen_cuda.buffers import bucket")
     return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",

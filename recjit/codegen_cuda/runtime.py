@@ -469,8 +469,9 @@ def matmul_kernel(weight, x, y, rows):
 
 
 @cuda.jit(**BOUNDED)
-def gather_rows(source, order, out):
-    """out[i] = source[order[i]]: states from the linearized order into the forest's."""
+def gather_rows(source, order, out, rows):
+    """out[i] = source[order[i]] for i < rows: states from the linearized order into the
+    forest's, GPU fields from the forest's into the linearized."""
     columns = out.shape[1]
-    for item in range(cuda.grid(1), out.shape[0] * columns, cuda.gridsize(1)):
+    for item in range(cuda.grid(1), rows * columns, cuda.gridsize(1)):
         out[item // columns, item % columns] = source[order[item // columns], item % columns]

@@ -1,18 +1,21 @@
 """`Forest`: a batch of trees or DAGs as CSR arrays plus named per-node fields.
 
 Constructors never recurse in Python, so a chain of any depth can be built."""
+import copy
 import re
 
 import numpy as np
 
 from ..errors import InputError
+from ..params import host_copy, on_device, shape_and_dtype
 
 KINDS = ("tree", "dag", "sequence")
 
 
 class Forest:
     """Nodes 0..num_nodes-1; the children of node n are
-    `child_idx[child_ptr[n]:child_ptr[n+1]]`, in order (left first)."""
+    `child_idx[child_ptr[n]:child_ptr[n+1]]`, in order (left first). `fields`: arrays of a
+    row per node; float fields may be GPU arrays (`__cuda_array_interface__`)."""
 
     def __init__(self, child_ptr, child_idx, roots, fields=None, kind="tree", vocab=None):
         if kind not in KINDS:
@@ -23,19 +26,29 @@ class Forest:
         if self.child_ptr.ndim != 1 or self.child_ptr.size == 0:
             raise InputError("child_ptr must be a 1-d array of num_nodes + 1 offsets")
         self.num_nodes = self.child_ptr.size - 1
-        self.fields = {}
-        for name, values in (fields or {}).items():
-            values = np.asarray(values)
-            if values.ndim == 0 or values.shape[0] != self.num_nodes:
-                raise InputError(f"field {name!r} has shape {values.shape}; "
-                                 f"its first dimension must be num_nodes = {self.num_nodes}")
-            self.fields[name] = np.ascontiguousarray(values)
+        self.fields = {name: _field(name, values, self.num_nodes)
+                       for name, values in (fields or {}).items()}
         self.kind = kind
         self.vocab = vocab
 
     @property
     def labels(self):
         return self.fields.get("label")
+
+    @property
+    def device_fields(self):
+        """The names of the fields that are GPU arrays."""
+        return frozenset(name for name, values in self.fields.items() if on_device(values))
+
+    def on_host(self):
+        """This forest with every field a NumPy array: GPU fields copied to the host (the CPU
+        backend and the reference read host memory)."""
+        if not self.device_fields:
+            return self
+        forest = copy.copy(self)
+        forest.fields = {name: host_copy(values) if on_device(values) else values
+                         for name, values in self.fields.items()}
+        return forest
 
     @property
     def num_children(self):
@@ -202,6 +215,24 @@ def random_bracketing(words, rng):
 
 
 _PTB_TOKEN = re.compile(r"\(|\)|[^()]+")
+
+
+def _field(name, values, num_nodes):
+    """A field as a forest keeps it: a contiguous NumPy array, or a float array on the GPU as it
+    is, which a CUDA run reorders on the device instead of copying it to the host and back."""
+    if on_device(values):
+        shape, dtype = shape_and_dtype(values)
+        if dtype.kind != "f":
+            raise InputError(f"field {name!r} is a {dtype} array on the GPU; only float fields "
+                             "may stay there (recjit checks every index a field holds on the "
+                             "host, before a kernel runs)")
+    else:
+        values = np.ascontiguousarray(values)
+        shape = values.shape
+    if len(shape) == 0 or shape[0] != num_nodes:
+        raise InputError(f"field {name!r} has shape {tuple(shape)}; "
+                         f"its first dimension must be num_nodes = {num_nodes}")
+    return values
 
 
 class _Builder:

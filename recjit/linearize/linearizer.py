@@ -232,6 +232,9 @@ class Linearized:
     # item i the nodes item_begin[i]..item_begin[i+1], parents first.
     batch_item: np.ndarray = None
     item_begin: np.ndarray = None
+    # Fields still in the forest's numbering: GPU arrays, which a CUDA run puts in this
+    # numbering on the device (reading them through `old_of_new`).
+    unpermuted: frozenset = frozenset()
     # The first leaf (the last batch's first node); read several times a run, so kept.
     leaf_begin: int = field(init=False)
 
@@ -303,17 +306,23 @@ def linearize(forest, single_parent=True, arity=None):
     if forest.num_nodes == 0:
         empty = np.zeros(0, dtype=np.int64)
         return Linearized(0, np.zeros(1, np.int64), np.zeros(1, np.int64), empty, empty, empty,
-                          empty, {name: values for name, values in forest.fields.items()})
+                          empty, dict(forest.fields), unpermuted=forest.device_fields)
     (status, culprit, batch_begin, new_of_old, old_of_new, child_ptr, child_idx,
      max_batch_size, max_batch_edges) = _linearize(
         forest.child_ptr, forest.child_idx, forest.roots, single_parent,
         ANY_ARITY if arity is None else arity)
     if status != OK:
         raise _structure_error(status, culprit, forest, arity)
-    fields = {name: permuted_rows(values, old_of_new) for name, values in forest.fields.items()}
-    return Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
-                      new_of_old[forest.roots], old_of_new, new_of_old, fields,
-                      int(max_batch_size), int(max_batch_edges))
+    fields = {name: permuted_rows(values, old_of_new) for name, values in forest.fields.items()
+              if isinstance(values, np.ndarray)}
+    linearized = Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
+                            new_of_old[forest.roots], old_of_new, new_of_old, fields,
+                            int(max_batch_size), int(max_batch_edges))
+    if len(fields) == len(forest.fields):
+        return linearized
+    unpermuted = forest.device_fields
+    fields.update((name, forest.fields[name]) for name in unpermuted)
+    return replace(linearized, unpermuted=unpermuted)
 
 
 @numba.njit(cache=True)

@@ -70,5 +70,6 @@ def _permute(linearized, order):
     return replace(linearized, child_ptr=child_ptr, child_idx=child_idx,
                    roots=new_of_current[linearized.roots], old_of_new=old_of_new,
                    new_of_old=new_of_old,
-                   fields={name: permuted_rows(values, order)
+                   fields={name: values if name in linearized.unpermuted
+                           else permuted_rows(values, order)
                            for name, values in linearized.fields.items()})

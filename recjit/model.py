@@ -2,6 +2,7 @@
 `explain` and `kernel_source`."""
 import functools
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -81,6 +82,19 @@ class ByForest:
                     compiled = self.compile_schedule(self.schedule.but(refactor=refactor))
                     self.kernels[refactor] = compiled
         return compiled
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A forest validated, linearized and matched to its compiled kernel ahead of `run`
+    (`RecursiveModel.prepare`); `key`: the signature it was prepared for."""
+
+    model: object
+    forest: Forest
+    key: tuple
+    compiled: object
+    linearized: object
+    inputs: tuple  # the kernel's arguments from the forest (`backend_kernel.inputs`)
 
 
 class RecursiveModel:
@@ -169,6 +183,7 @@ class RecursiveModel:
         the schedule."""
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        _require_forest(forest)
         schedule = schedule or self.schedule
         key = self.signature(forest, p, backend, schedule)
         entry = self._compiled.get(key)
@@ -199,8 +214,7 @@ class RecursiveModel:
     def linearize(self, forest, schedule=None):
         """Validate the forest against the model's structure and linearize it into the
         batches `schedule` runs."""
-        if not isinstance(forest, Forest):
-            raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
+        _require_forest(forest)
         linearized = linearize(forest, single_parent=self.kind != "dag", arity=self.arity)
         if schedule is None or linearized.num_nodes == 0:
             return linearized
@@ -225,26 +239,65 @@ class RecursiveModel:
                 raise InputError(f"node {node}: field {field!r} = {values[bad]} is "
                                  f"outside the {rows} rows of parameter {table!r}")
 
-    def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
-            device_output=False, context=()):
-        """Evaluate every node of the forest with the compiled kernel. `check_finite`: refuse
-        NaN or infinite parameters and float fields first (an O(size) scan, off by default).
-        `device_output` (backend="cuda"): the result's arrays stay on the GPU. `context`: the
-        values of the cell's arguments after `p`, in order."""
-        if device_output and backend != "cuda":
-            raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
-                              "computes on the host")
+    def prepare(self, forest, p, backend="cpu", schedule=None, context=()):
+        """Everything `run` does before its kernel, done now: the forest validated and
+        linearized, its gathered indices checked, its kernel compiled for these parameters'
+        shapes. `run(prepared, p, ...)` with the same backend, schedule and shapes then goes
+        straight to the kernel: a data loader can prepare the next forest while the kernel
+        runs this one."""
         p = self.with_context(p, context)
         if backend != "cuda" and isinstance(forest, Forest):
             forest = forest.on_host()  # the CPU kernel reads host memory
         _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
-        shapes = compiled.cell.state_shapes
+        inputs = None
+        if linearized.num_nodes:
+            self.check_gathers(compiled.cell, linearized)
+            inputs = compiled.backend_kernel.inputs(linearized)
+        return Prepared(self, forest, self.signature(forest, p, backend, schedule or
+                                                     self.schedule), compiled, linearized,
+                        inputs)
+
+    def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
+            device_output=False, context=()):
+        """Evaluate every node of the forest (a `Forest`, or one `prepare` made ready) with
+        the compiled kernel. `check_finite`: refuse NaN or infinite parameters and float
+        fields first (an O(size) scan, off by default). `device_output` (backend="cuda"): the
+        result's arrays stay on the GPU. `context`: the values of the cell's arguments after
+        `p`, in order."""
+        if device_output and backend != "cuda":
+            raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
+                              "computes on the host")
+        p = self.with_context(p, context)
+        inputs = None
+        if isinstance(forest, Prepared):
+            compiled, linearized = self._prepared(forest, p, backend, schedule)
+            forest, inputs = forest.forest, forest.inputs
+        else:
+            if backend != "cuda" and isinstance(forest, Forest):
+                forest = forest.on_host()  # the CPU kernel reads host memory
+            _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+            if linearized.num_nodes:
+                self.check_gathers(compiled.cell, linearized)
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
-        self.check_gathers(compiled.cell, linearized)
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
-        return compiled.backend_kernel.run(linearized, p, shapes, device_output)
+        return compiled.backend_kernel.run(linearized, p, compiled.cell.state_shapes,
+                                           device_output, inputs)
+
+    def _prepared(self, prepared, p, backend, schedule):
+        """(the compiled kernel, the linearized forest) of a `Prepared` forest, if it was
+        prepared by this model for this backend, schedule and these parameters' shapes."""
+        if prepared.model is not self:
+            raise InputError(f"this forest was prepared by {prepared.model.__name__}, not "
+                             f"{self.__name__}")
+        if self.signature(prepared.forest, p, backend, schedule or self.schedule) != \
+                prepared.key:
+            raise InputError(f"this forest was prepared for another backend, schedule or "
+                             f"parameter shapes than backend={backend!r} and these; call "
+                             f"{self.__name__}.prepare again")
+        self._latest[backend] = prepared.compiled
+        return prepared.compiled, prepared.linearized
 
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`."""
@@ -336,6 +389,11 @@ def backend_barriers(backend, schedule, parameters):
 
 def _weight_shapes(parameters):
     return {param_name(name): shape for name, shape, _ in parameters}
+
+
+def _require_forest(forest):
+    if not isinstance(forest, Forest):
+        raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
 
 
 def _field_spec(values, kind=False):

@@ -22,6 +22,11 @@ def test_a_negative_word_id_on_a_leaf_is_refused_but_minus_one_inside_is_fine():
         tree_lstm.run(rj.Forest.from_nested([(1, -3)]), p)
 
 
+def test_something_other_than_a_forest_is_refused_naming_its_type():
+    with pytest.raises(rj.InputError, match="expected a recjit.Forest, got list"):
+        tree_lstm.run([(1, 2)], make_params(4, 10, "float64"))
+
+
 def test_more_children_than_the_declared_arity_names_the_node():
     with pytest.raises(rj.InputError, match="node 0 has 3 children; the model declares "
                                             "arity=2"):

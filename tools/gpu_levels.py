@@ -75,7 +75,7 @@ def time_depth(model, forest, p, schedule, runs):
     """(depth, nodes, ms of model.run, of the launch between events, queued, on the host)."""
     kernel = model.compile(forest, p, backend="cuda", schedule=schedule).backend_kernel
     linearized = model.linearize(forest)
-    arguments, _ = kernel.prepare(linearized, p)
+    arguments, _ = kernel.prepare(linearized, p, kernel.inputs(linearized))
 
     def launch():
         kernel.launch_all(arguments)

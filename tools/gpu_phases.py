@@ -70,7 +70,8 @@ def measure(name, hidden, depth, runs):
     p = module.make_params(hidden, depth + 1, "float32").to_device()
     model.run(forest, p, backend="cuda")
     kernel = model.compile(forest, p, backend="cuda").backend_kernel
-    arguments, _ = kernel.prepare(model.linearize(forest), p)
+    linearized = model.linearize(forest)
+    arguments, _ = kernel.prepare(linearized, p, kernel.inputs(linearized))
     before, body, after = split_loop(kernel.source)
     print(f"\n## {name} h{hidden}, a comb of depth {depth}: ms a launch, us a level")
     for label, edited in variants(body).items():

@@ -78,7 +78,7 @@ def pieces(kernel, linearized, p, shapes, runs):
             steps[step].append(1e3 * (now - clock))
             clock = now
 
-        arguments, states = kernel.prepare(linearized, p)
+        arguments, states = kernel.prepare(linearized, p, kernel.inputs(linearized))
         lap("arguments (forest upload, parameters, states, scratch)")
         start.record()
         kernel.launch_all(arguments)

@@ -5,7 +5,7 @@ latency on a GPU is host time; this measures changes to it on any machine. The s
 device arrays are not numba-cuda's, so reads of their attributes cost differently.
 
     NUMBA_ENABLE_CUDASIM=1 python tools/host_path.py [--models tree_fc,tree_lstm] [--batch 1]
-        [--trees ../shared/data/sst/test.txt] [--runs 3000]
+        [--trees ../shared/data/sst/test.txt] [--runs 3000] [--prepared]
 
 Prints the 5th percentile and the median of a run in microseconds: on a shared, noisy machine
 the 5th percentile is the steadier of the two; compare changes in alternating processes."""
@@ -31,10 +31,13 @@ def stub_the_device():
     device.Copies.to_host = lambda self, begin, nbytes: None
 
 
-def host_microseconds(name, batch, trees, runs):
-    """(5th percentile, median) of a run's host work at the model's small hidden size."""
+def host_microseconds(name, batch, trees, runs, prepared=False):
+    """(5th percentile, median) of a run's host work at the model's small hidden size; with
+    `prepared`, of a run of the forest prepared ahead (`model.prepare`)."""
     hidden = next(b for b in bench.ZOO if b.name == name).hidden[0]
     model, forest, p = bench_case(name, hidden, batch, trees)
+    if prepared:
+        forest = model.prepare(forest, p, backend="cuda")
     model.run(forest, p, backend="cuda")
     for _ in range(runs // 10):
         model.run(forest, p, backend="cuda")
@@ -52,6 +55,8 @@ def main():
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--trees", default=None, help="SST trees in PTB format")
     parser.add_argument("--runs", type=int, default=3000)
+    parser.add_argument("--prepared", action="store_true",
+                        help="time runs of forests prepared ahead (`model.prepare`)")
     args = parser.parse_args()
     if not device.simulated():
         parser.error("run it in numba's simulator: NUMBA_ENABLE_CUDASIM=1")
@@ -61,9 +66,9 @@ def main():
         with open(args.trees) as handle:
             trees = [line for line in handle if line.strip()]
     for name in args.models.split(","):
-        fifth, median = host_microseconds(name, args.batch, trees, args.runs)
-        print(f"{name} b{args.batch}: host {fifth:.1f} us (5th percentile), {median:.1f} us "
-              "(median)")
+        fifth, median = host_microseconds(name, args.batch, trees, args.runs, args.prepared)
+        print(f"{name} b{args.batch}{' prepared' if args.prepared else ''}: host {fifth:.1f} "
+              f"us (5th percentile), {median:.1f} us (median)")
 
 
 if __name__ == "__main__":

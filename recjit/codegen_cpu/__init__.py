@@ -30,16 +30,22 @@ class CpuKernel:
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
 
-    def run(self, linearized, params, shapes, device_output=False):
+    def inputs(self, linearized):
+        """(scalars, arrays): the kernel's arguments that come from this forest."""
+        return forest_arguments(self.kernel, linearized)
+
+    def run(self, linearized, params, shapes, device_output=False, inputs=None):
         """The states of every node in the forest's order, on the host (`model.run` refuses
-        `device_output` for the CPU)."""
-        return Result.from_linearized(self(linearized, params), shapes,
+        `device_output` for the CPU). `inputs`: the forest's, if found before
+        (`model.prepare`)."""
+        return Result.from_linearized(self(linearized, params, inputs), shapes,
                                       linearized.new_of_old, linearized.roots)
 
-    def __call__(self, linearized, params):
-        scalars, arrays = forest_arguments(self.kernel, linearized)
+    def __call__(self, linearized, params, inputs=None):
+        scalars, forest_arrays = inputs or self.inputs(linearized)
         states = [np.empty((linearized.num_nodes, size), dtype=self.dtype)
                   for _, size in self.kernel.states]
+        arrays = dict(forest_arrays)
         arrays.update((name, state) for (name, _), state in zip(self.kernel.states, states))
         arrays.update((name, np.ascontiguousarray(getattr(params, attribute), dtype=self.dtype))
                       for name, attribute in self.parameters)

@@ -144,28 +144,36 @@ class CudaKernel:
         return text
 
     # running -----------------------------------------------------------------------------
-    def run(self, linearized, params, shapes, device_output=False):
+    def inputs(self, linearized):
+        """(scalars, arrays): the kernel's arguments that come from this forest."""
+        return forest_arguments(self.kernel, linearized)
+
+    def run(self, linearized, params, shapes, device_output=False, inputs=None):
         """The states of every node in the forest's order: NumPy arrays, or device arrays if
-        asked for. One run at a time: runs share the device buffers."""
+        asked for. `inputs`: the forest's, if found before (`model.prepare`). One run at a
+        time: runs share the device buffers."""
         with _running:
-            arguments, states = self.prepare(linearized, params)
+            arguments, states = self.prepare(linearized, params,
+                                             inputs or self.inputs(linearized))
             self.launch_all(arguments)
             return self.result(states, shapes, linearized, device_output)
 
-    def prepare(self, linearized, params):
-        """The kernel's arguments, the forest's arrays copied to the device in one packed
-        copy (and, unfused, those its host code reads), and the states they fill. The first
-        fused run sizes the grid to the blocks that fit (`fit_grid`)."""
+    def prepare(self, linearized, params, inputs):
+        """The kernel's arguments, the forest's arrays (`inputs`) copied to the device in one
+        packed copy (and, unfused, those its host code reads), and the states they fill. The
+        first fused run sizes the grid to the blocks that fit (`fit_grid`)."""
         dtype = self.dtype
-        scalars, forest_arrays = forest_arguments(self.kernel, linearized)
-        on_device = {}
+        scalars, forest_arrays = inputs
+        upload, on_device = forest_arrays, {}
         if linearized.unpermuted:
-            on_device = {name: forest_arrays.pop(field_name(name))
+            on_device = {name: forest_arrays[field_name(name)]
                          for name in sorted(linearized.unpermuted)
                          if field_name(name) in forest_arrays}
         if on_device:
-            forest_arrays["old_of_new"] = linearized.old_of_new
-        uploaded = self.buffers.forest(forest_arrays)
+            upload = {argument: values for argument, values in forest_arrays.items()
+                      if argument not in map(field_name, on_device)}
+            upload["old_of_new"] = linearized.old_of_new
+        uploaded = self.buffers.forest(upload)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
                                      self.kernel.states, dtype)
         arrays = {**uploaded, **self.parameters(params, dtype), **states.views}

@@ -43,7 +43,7 @@ class Forest:
     def on_host(self):
         """This forest with every field a NumPy array: GPU fields copied to the host (the CPU
         backend and the reference read host memory)."""
-        if not self.device_fields:
+        if all(isinstance(values, np.ndarray) for values in self.fields.values()):
             return self
         forest = copy.copy(self)
         forest.fields = {name: host_copy(values) if on_device(values) else values

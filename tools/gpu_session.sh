@@ -7,7 +7,7 @@
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
-# cores, quick-bench ~200 s, cuda-tests (every test file that runs backend="cuda") with
+# cores, quick-bench ~220 s (limit 300 s), cuda-tests (every test file that runs backend="cuda") with
 # PYTEST_ARGS="-n 12", profile ~20 s,
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
 # shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
@@ -114,7 +114,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             --trees "$TREES" ${VARIANTS_ARGS:---models tree_fc,tree_lstm,mv_rnn \
             --hidden small --count 4 --rounds 8 \
             --schedules default,unranged,gridpacked,unstaged,ungrouped,unshared} ;;
-        quick-bench) stage quick-bench ${QUICK_LIMIT:-240} python3 benchmarks/bench.py --quick --cuda \
+        quick-bench) stage quick-bench ${QUICK_LIMIT:-300} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \
             ${FULL_BENCH_ARGS:-} ;;

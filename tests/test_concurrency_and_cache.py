@@ -1,6 +1,7 @@
 """`run` from several threads at once, the compile cache's keys, and kernels loaded from the
 disk cache."""
 import os
+import queue
 import subprocess
 import sys
 import threading
@@ -29,6 +30,28 @@ def test_run_from_several_threads_at_once_equals_the_reference():
         thread.start()
     for thread in threads:
         thread.join()
+    for forest, result in zip(forests, results):
+        assert_same_result(result, tree_lstm.reference(forest, p))
+
+
+def test_forests_prepared_in_one_thread_while_another_runs_them_equal_the_reference():
+    """A data loader's pattern: the CPU kernel and the linearizer release the GIL, so one
+    thread prepares the next forest while another runs the last one."""
+    from recjit.linearize.linearizer import _linearize
+    forests = [rj.Forest.random_binary(3, seed=s, vocab_size=20) for s in range(6)]
+    p = make_params(8, 20, "float64", seed=6)
+    kernel = tree_lstm.compile(forests[0], p).backend_kernel
+    assert kernel.function.targetoptions["nogil"] and _linearize.targetoptions["nogil"]
+    ready = queue.Queue(maxsize=2)
+
+    def load():
+        for forest in forests:
+            ready.put(tree_lstm.prepare(forest, p))
+
+    loader = threading.Thread(target=load)
+    loader.start()
+    results = [tree_lstm.run(ready.get(), p) for _ in forests]
+    loader.join()
     for forest, result in zip(forests, results):
         assert_same_result(result, tree_lstm.reference(forest, p))
 

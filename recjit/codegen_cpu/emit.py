@@ -207,7 +207,7 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
              "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
              "                                      weight_panels)", "",
              f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), "",
-             '@njit(parallel=True, fastmath=True, cache=True, error_model="numpy")',
+             '@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
     _weight_panels(kernel, pack_from_nodes, lines)
     body = []

@@ -27,7 +27,7 @@ CHILDREN_FIRST = 1
 MIXED = 2
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _check_structure(child_ptr, child_idx, roots, single_parent, arity):
     """Returns (status, culprit node, parent count per node, the order every edge keeps in
     the numbering: PARENTS_FIRST, CHILDREN_FIRST or MIXED). `arity` >= 0: every node has
@@ -67,7 +67,7 @@ def _check_structure(child_ptr, child_idx, roots, single_parent, arity):
     return OK, 0, parent_count, order
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _heights_in_order(child_ptr, child_idx, order):
     """Height of every node in one pass, where every edge keeps `order` (PARENTS_FIRST, as
     pre-order numbers a tree, or CHILDREN_FIRST): each child's height is known before its
@@ -81,7 +81,7 @@ def _heights_in_order(child_ptr, child_idx, order):
     return height
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _heights(child_ptr, child_idx, parent_count):
     """Height of every node (longest path down to a leaf) by Kahn's algorithm from the leaves.
     Returns (heights, a node on a cycle or -1)."""
@@ -124,7 +124,7 @@ def _heights(child_ptr, child_idx, parent_count):
     return height, -1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def permuted_children(child_ptr, child_idx, old_of_new, new_of_old):
     """The children CSR (child_ptr, child_idx) in a new numbering of the nodes."""
     num_nodes = child_ptr.size - 1
@@ -135,7 +135,7 @@ def permuted_children(child_ptr, child_idx, old_of_new, new_of_old):
     return new_child_ptr, placed_children(child_ptr, child_idx, new_child_ptr, new_of_old)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def placed_children(child_ptr, child_idx, new_child_ptr, new_of_old):
     """child_idx in a new numbering, each node's children at the offset `new_child_ptr`
     gives its new number."""
@@ -147,7 +147,7 @@ def placed_children(child_ptr, child_idx, new_child_ptr, new_of_old):
     return new_child_idx
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _renumber(child_ptr, child_idx, height):
     """Counting sort by height, highest first; stable in the original order within a batch.
     A batch's children are contiguous too, in the same order, so a node's first child's new
@@ -191,7 +191,7 @@ def _renumber(child_ptr, child_idx, height):
             max_batch_edges)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _linearize(child_ptr, child_idx, roots, single_parent, arity):
     """Validation, heights and renumbering in one compiled call: (status, culprit node, then
     `_renumber`'s arrays and maxima, empty when the status is not OK). Forests numbered in
@@ -261,7 +261,7 @@ WIDE_ROW = 64
 GATHERED_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _gather_rows(values, order):
     permuted = np.empty((order.size, values.shape[1]), values.dtype)
     for row in range(order.size):
@@ -325,7 +325,7 @@ def linearize(forest, single_parent=True, arity=None):
     return replace(linearized, unpermuted=unpermuted)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _distinct(values):
     num_values = values.size
     largest = 0
@@ -352,7 +352,7 @@ def distinct(values):
     return _distinct(np.ascontiguousarray(values, dtype=np.int64))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _first_outside(values, rows):
     for position in range(values.size):
         if values[position] < 0 or values[position] >= rows:

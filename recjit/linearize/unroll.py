@@ -13,7 +13,7 @@ import numpy as np
 from .linearizer import permuted_children, permuted_rows
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _item_roots(child_ptr, child_idx, band, leaf_begin):
     """For every internal node, the root of its item: itself when its parent lies in another
     band (or it has none), else its parent's root. Parents are numbered before children."""

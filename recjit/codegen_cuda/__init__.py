@@ -170,8 +170,9 @@ class CudaKernel:
                          for name in sorted(linearized.unpermuted)
                          if field_name(name) in forest_arrays}
         if on_device:
+            reordered = {field_name(name) for name in on_device}
             upload = {argument: values for argument, values in forest_arrays.items()
-                      if argument not in map(field_name, on_device)}
+                      if argument not in reordered}
             upload["old_of_new"] = linearized.old_of_new
         uploaded = self.buffers.forest(upload)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,

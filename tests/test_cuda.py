@@ -690,6 +690,13 @@ def test_a_gpu_field_is_put_in_the_linearized_order_on_the_device(monkeypatch):
     assert_same_result(result, dag_rnn.reference(forest, p))
 
 
+def test_explain_says_which_fields_stay_on_the_gpu():
+    forest = on_the_gpu(grids(2, HIDDEN, 2, 2, dtype="float64", seed=12))
+    text = dag_rnn.explain(forest, dag_rnn_params(HIDDEN, dtype="float64"), backend="cuda",
+                           file=io.StringIO())
+    assert "GPU fields x still in the forest's order" in text
+
+
 def test_runs_alternating_host_and_gpu_fields_each_equal_reference():
     """One kernel, two uploads laid out differently: each run finds its own."""
     p = dag_rnn_params(HIDDEN, dtype="float64", seed=6)

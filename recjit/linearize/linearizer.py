@@ -252,8 +252,10 @@ class Linearized:
 
     def __str__(self):
         sizes = np.diff(self.batch_begin)
+        on_device = (f"; GPU fields {', '.join(sorted(self.unpermuted))} still in the forest's "
+                     "order (a CUDA run reorders them on the device)" if self.unpermuted else "")
         return (f"Linearized: {self.num_nodes} nodes, {self.num_leaves} leaves, "
-                f"{self.num_batches} batches (sizes {sizes.tolist()})")
+                f"{self.num_batches} batches (sizes {sizes.tolist()}){on_device}")
 
 
 # Rows of floats, this many elements or more, are gathered in compiled code (`permuted_rows`).

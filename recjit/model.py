@@ -246,13 +246,8 @@ class RecursiveModel:
         straight to the kernel: a data loader can prepare the next forest while the kernel
         runs this one."""
         p = self.with_context(p, context)
-        if backend != "cuda" and isinstance(forest, Forest):
-            forest = forest.on_host()  # the CPU kernel reads host memory
-        _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
-        inputs = None
-        if linearized.num_nodes:
-            self.check_gathers(compiled.cell, linearized)
-            inputs = compiled.backend_kernel.inputs(linearized)
+        forest, compiled, linearized = self._checked(forest, p, backend, schedule)
+        inputs = compiled.backend_kernel.inputs(linearized) if linearized.num_nodes else None
         return Prepared(self, forest, self.signature(forest, p, backend, schedule or
                                                      self.schedule), compiled, linearized,
                         inputs)
@@ -273,17 +268,23 @@ class RecursiveModel:
             compiled, linearized = self._prepared(forest, p, backend, schedule)
             forest, inputs = forest.forest, forest.inputs
         else:
-            if backend != "cuda" and isinstance(forest, Forest):
-                forest = forest.on_host()  # the CPU kernel reads host memory
-            _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
-            if linearized.num_nodes:
-                self.check_gathers(compiled.cell, linearized)
+            forest, compiled, linearized = self._checked(forest, p, backend, schedule)
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
         return compiled.backend_kernel.run(linearized, p, compiled.cell.state_shapes,
                                            device_output, inputs)
+
+    def _checked(self, forest, p, backend, schedule):
+        """(the forest, its GPU fields copied to the host for a CPU run; its compiled kernel;
+        its linearization, the gathered indices checked)."""
+        if backend != "cuda" and isinstance(forest, Forest):
+            forest = forest.on_host()  # the CPU kernel reads host memory
+        _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+        if linearized.num_nodes:
+            self.check_gathers(compiled.cell, linearized)
+        return forest, compiled, linearized
 
     def _prepared(self, prepared, p, backend, schedule):
         """(the compiled kernel, the linearized forest) of a `Prepared` forest, if it was

@@ -613,17 +613,16 @@ def test_device_output_needs_the_cuda_backend():
         tree_rnn.run(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), device_output=True)
 
 
+class Foreign:
+    """A GPU array from another library: only `__cuda_array_interface__`."""
+
+    def __init__(self, array):
+        self.array = array
+        self.__cuda_array_interface__ = array.__cuda_array_interface__
+
+
 @pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator takes NumPy arrays only")
 def test_parameters_exposing_the_cuda_array_interface_are_used_in_place():
-    from numba import cuda
-
-    class Foreign:
-        """A GPU array from another library: only `__cuda_array_interface__`."""
-
-        def __init__(self, array):
-            self.array = array
-            self.__cuda_array_interface__ = array.__cuda_array_interface__
-
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", 4)
     foreign = rj.DeviceParams(**{name: Foreign(cuda.to_device(getattr(p, name)))
                                  for name in p.names()})
@@ -773,13 +772,6 @@ def test_a_gpu_field_of_the_wrong_length_is_refused_naming_it():
 
 @pytest.mark.skipif(config.ENABLE_CUDASIM, reason="the simulator takes NumPy arrays only")
 def test_fields_exposing_the_cuda_array_interface_are_read_in_place():
-    class Foreign:
-        """A GPU array from another library: only `__cuda_array_interface__`."""
-
-        def __init__(self, array):
-            self.array = array
-            self.__cuda_array_interface__ = array.__cuda_array_interface__
-
     forest = grids(2, HIDDEN, 3, 3, dtype="float64", seed=11)
     p = dag_rnn_params(HIDDEN, dtype="float64", seed=11)
     foreign = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,

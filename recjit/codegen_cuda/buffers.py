@@ -158,8 +158,7 @@ class _Field:
 
     def __init__(self, rows, shape, dtype):
         self.array = device.device_array((bucket(rows),) + tuple(shape), dtype)
-        self.rows = (self.array if len(shape) == 1
-                     else self.array.reshape(bucket(rows), int(np.prod(shape))))
+        self.rows = self.array.reshape(bucket(rows), int(np.prod(shape)))
 
 
 class DeviceBuffers:

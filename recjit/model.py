@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .codegen_cpu import CpuKernel
-from .errors import InputError, RecJitError
+from .errors import InputError, RecJitError, ScheduleError
 from .frontend import build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
@@ -40,8 +40,10 @@ def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedul
         raise RecJitError(f"a sequence model has one child per step (the previous step); "
                           f"arity={arity!r} does not fit kind='sequence'")
 
+    schedule = _checked_schedule(schedule, Schedule())
+
     def decorate(cell):
-        return RecursiveModel(cell, arity, kind, schedule or Schedule())
+        return RecursiveModel(cell, arity, kind, schedule)
 
     return decorate if function is None else decorate(function)
 
@@ -168,23 +170,24 @@ class RecursiveModel:
         """The compiled kernel for this forest's fields and these parameters' shapes (and,
         where the schedule depends on it, for this forest); the same shapes hit the in-memory
         cache, and numba's disk cache across processes."""
-        return self._compiled_for(forest, self.with_context(p, context), backend, schedule)[1]
+        return self._compiled_for(forest, self.with_context(p, context), backend,
+                                  schedule)[2]
 
     def _compiled_for(self, forest, p, backend, schedule):
-        """(this signature's entry, the forest's compiled kernel, the linearized forest)."""
-        entry = self._compiled_entry(forest, p, backend, schedule)
+        """(the signature, its entry, the forest's compiled kernel, the linearized forest)."""
+        key, entry = self._compiled_entry(forest, p, backend, schedule)
         linearized = self.linearize(forest, entry.schedule)
         compiled = entry.for_forest(linearized)
         self._latest[backend] = compiled
-        return entry, compiled, linearized
+        return key, entry, compiled, linearized
 
     def _compiled_entry(self, forest, p, backend, schedule):
-        """The `Compiled` of this signature, or its `ByForest` where each forest completes
-        the schedule."""
+        """(the signature, its `Compiled`, or its `ByForest` where each forest completes the
+        schedule)."""
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         _require_forest(forest)
-        schedule = schedule or self.schedule
+        schedule = _checked_schedule(schedule, self.schedule)
         key = self.signature(forest, p, backend, schedule)
         entry = self._compiled.get(key)
         if entry is None:
@@ -208,13 +211,14 @@ class RecursiveModel:
                              if chosen.refactor is None
                              else compile_schedule(chosen))
                     self._compiled[key] = entry
-        return entry
+        return key, entry
 
     # running ---------------------------------------------------------------------------
     def linearize(self, forest, schedule=None):
         """Validate the forest against the model's structure and linearize it into the
         batches `schedule` runs."""
         _require_forest(forest)
+        schedule = _checked_schedule(schedule, None)
         linearized = linearize(forest, single_parent=self.kind != "dag", arity=self.arity)
         if schedule is None or linearized.num_nodes == 0:
             return linearized
@@ -246,11 +250,9 @@ class RecursiveModel:
         straight to the kernel: a data loader can prepare the next forest while the kernel
         runs this one."""
         p = self.with_context(p, context)
-        forest, compiled, linearized = self._checked(forest, p, backend, schedule)
+        forest, key, compiled, linearized = self._checked(forest, p, backend, schedule)
         inputs = compiled.backend_kernel.inputs(linearized) if linearized.num_nodes else None
-        return Prepared(self, forest, self.signature(forest, p, backend, schedule or
-                                                     self.schedule), compiled, linearized,
-                        inputs)
+        return Prepared(self, forest, key, compiled, linearized, inputs)
 
     def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
             device_output=False, context=()):
@@ -263,28 +265,29 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         p = self.with_context(p, context)
-        inputs = None
         if isinstance(forest, Prepared):
             compiled, linearized = self._prepared(forest, p, backend, schedule)
             forest, inputs = forest.forest, forest.inputs
         else:
-            forest, compiled, linearized = self._checked(forest, p, backend, schedule)
+            forest, _, compiled, linearized = self._checked(forest, p, backend, schedule)
+            inputs = None
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
         if check_finite:
             check_finite_inputs(compiled.cell, forest, p)
-        return compiled.backend_kernel.run(linearized, p, compiled.cell.state_shapes,
-                                           device_output, inputs)
+        return compiled.backend_kernel.run(
+            linearized, p, compiled.cell.state_shapes,
+            inputs or compiled.backend_kernel.inputs(linearized), device_output)
 
     def _checked(self, forest, p, backend, schedule):
-        """(the forest, its GPU fields copied to the host for a CPU run; its compiled kernel;
-        its linearization, the gathered indices checked)."""
+        """(the forest, its GPU fields copied to the host for a CPU run; the signature; its
+        compiled kernel; its linearization, the gathered indices checked)."""
         if backend != "cuda" and isinstance(forest, Forest):
             forest = forest.on_host()  # the CPU kernel reads host memory
-        _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+        key, _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
         if linearized.num_nodes:
             self.check_gathers(compiled.cell, linearized)
-        return forest, compiled, linearized
+        return forest, key, compiled, linearized
 
     def _prepared(self, prepared, p, backend, schedule):
         """(the compiled kernel, the linearized forest) of a `Prepared` forest, if it was
@@ -292,8 +295,8 @@ class RecursiveModel:
         if prepared.model is not self:
             raise InputError(f"this forest was prepared by {prepared.model.__name__}, not "
                              f"{self.__name__}")
-        if self.signature(prepared.forest, p, backend, schedule or self.schedule) != \
-                prepared.key:
+        if self.signature(prepared.forest, p, backend,
+                          _checked_schedule(schedule, self.schedule)) != prepared.key:
             raise InputError(f"this forest was prepared for another backend, schedule or "
                              f"parameter shapes than backend={backend!r} and these; call "
                              f"{self.__name__}.prepare again")
@@ -324,7 +327,7 @@ class RecursiveModel:
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
         p = self.with_context(p, context)
-        entry, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+        _, entry, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",
@@ -390,6 +393,16 @@ def backend_barriers(backend, schedule, parameters):
 
 def _weight_shapes(parameters):
     return {param_name(name): shape for name, shape, _ in parameters}
+
+
+def _checked_schedule(schedule, default):
+    """`schedule`, or `default` where it is None; anything but a `Schedule` is refused."""
+    if schedule is None:
+        return default
+    if not isinstance(schedule, Schedule):
+        raise ScheduleError(f"schedule must be a recjit.Schedule, not {type(schedule).__name__} "
+                            f"{schedule!r}")
+    return schedule
 
 
 def _require_forest(forest):

@@ -92,3 +92,17 @@ def word_sequences(draw, vocab_size=50, max_length=300, max_sequences=4):
     rng = np.random.default_rng(draw(seeds))
     return rj.Forest.from_sequences(lengths, fields={"word": rng.integers(0, vocab_size,
                                                                           sum(lengths))})
+
+
+@rj.recursive_model(arity=2)
+def scaled_rnn(node, p):
+    """A scalar parameter scales a vector and is added to one (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return p.E[node.word] * p.alpha
+    return rj.tanh(p.W @ (scaled_rnn(node.left, p) + scaled_rnn(node.right, p)) + p.alpha)
+
+
+def scaled_rnn_params(hidden, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
+                     W=rng.normal(size=(hidden, hidden)) / 2, alpha=np.float64(rng.normal()))

@@ -9,7 +9,8 @@ from recjit.linearize import random_bracketing
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import assert_same_result, binary_forests, caterpillar, scales, seeds
+from conftest import (assert_same_result, binary_forests, caterpillar, scaled_rnn,
+                      scaled_rnn_params, scales, seeds)
 
 VOCAB = 50
 
@@ -192,6 +193,23 @@ def test_a_product_of_a_vector_field_reads_the_fields_rows_in_place(num_nodes, s
                        dag_rnn.reference(forest, p))
     source = dag_rnn.kernel_source("cpu")
     assert "matmul_share(p_W, panels_W, field_x" in source and "_x_W[" not in source
+
+
+@given(st.integers(2, 40), seeds)
+def test_a_vector_field_of_integers_is_computed_on_in_the_parameters_dtype(num_nodes, seed):
+    rng = np.random.default_rng(seed)
+    edges = [(n, int(c)) for n in range(num_nodes - 2)
+             for c in rng.choice(np.arange(n + 1, num_nodes), 2, replace=False)]
+    forest = rj.Forest.from_edges(num_nodes, edges,
+                                  fields={"x": rng.integers(-3, 4, size=(num_nodes, 3))})
+    p = rj.Params(W=rng.normal(size=(4, 3)), U=rng.normal(size=(4, 4)) / 2, b=rng.normal(size=4))
+    assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_a_scalar_parameter_equals_reference(forest, seed):
+    p = scaled_rnn_params(4, VOCAB, seed)
+    assert_same_result(scaled_rnn.run(forest, p), scaled_rnn.reference(forest, p))
 
 
 @rj.recursive_model(arity=3)

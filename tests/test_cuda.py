@@ -25,7 +25,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, nary_forests, random_dags, \
-    seeds, word_sequences
+    scaled_rnn, scaled_rnn_params, seeds, word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -727,6 +727,21 @@ def test_a_kernel_that_calls_no_runtime_function_compiles_and_equals_reference(s
     check(matrix_field_rnn, forest, p, schedule)
     source = matrix_field_rnn.kernel_source("cuda")
     assert not any(line.endswith(" import") for line in source.splitlines())
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_a_scalar_parameter_equals_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = scaled_rnn_params(HIDDEN, VOCAB, seed=3)
+    for params in (p, p.to_device()):
+        assert_same_result(scaled_rnn.run(forest, params, backend="cuda", schedule=schedule),
+                           scaled_rnn.reference(forest, p))
+
+
+def test_a_vector_field_of_integers_is_computed_on_in_the_parameters_dtype():
+    forest = grids(1, HIDDEN, 3, 2, dtype="float64", seed=2)
+    forest.fields["x"] = np.round(4 * forest.fields["x"]).astype(np.int64)
+    check(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64", seed=2))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED, rj.Schedule(unroll=2)],

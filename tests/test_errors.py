@@ -98,3 +98,47 @@ def test_kernel_source_called_with_a_forest_first_says_how_to_call_it():
     with pytest.raises(rj.RecJitError, match=r"kernel_source\(backend, forest, p\): backend "
                                              "must be one of"):
         tree_lstm.kernel_source(forest)
+
+
+def test_half_precision_parameters_are_refused_naming_the_parameter():
+    p = make_params(4, 10, "float32")
+    p.U_f = p.U_f.astype(np.float16)
+    with pytest.raises(rj.InputError, match="parameter 'U_f' has dtype float16; parameters "
+                                            "must be float32 or float64"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_a_vector_field_of_strings_is_refused_naming_the_field_and_the_line():
+    from dag_rnn import dag_rnn, make_params as dag_params
+    forest = rj.Forest.grid_dag(1, 2, fields={"x": np.full((2, 3), "a")})
+    with pytest.raises(rj.InputError, match=r"vector field 'x' holds <U1 \(read at "
+                                            r".*dag_rnn.py:\d+\); a vector field holds numbers"):
+        dag_rnn.run(forest, dag_params(3, dtype="float64"))
+
+
+def test_parameters_of_zero_size_are_refused_as_an_empty_state():
+    p = rj.Params(**{name: np.zeros(tuple(0 for _ in getattr(make_params(4, 10), name).shape))
+                     for name in make_params(4, 10).names()})
+    with pytest.raises(rj.ShapeError, match=r"the leaf case returns states of shapes "
+                                            r"\(\(0,\), \(0,\)\); a state needs at least one"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_a_schedule_that_is_not_a_schedule_is_refused_naming_its_type():
+    with pytest.raises(rj.ScheduleError, match="schedule must be a recjit.Schedule, not str"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), make_params(4, 10), schedule="fast")
+    with pytest.raises(rj.ScheduleError, match="not dict"):
+        rj.recursive_model(schedule={"unroll": 2})
+
+
+@pytest.mark.parametrize("array", ["child_ptr", "child_idx", "roots"])
+def test_a_structure_array_of_floats_is_refused_rather_than_truncated(array):
+    arrays = {"child_ptr": [0, 2, 2, 2], "child_idx": [1, 2], "roots": [0]}
+    arrays[array] = np.asarray(arrays[array], dtype=float) + 0.5
+    with pytest.raises(rj.InputError, match=f"{array} must hold integers"):
+        rj.Forest(**arrays)
+
+
+def test_a_grid_of_fractional_rows_is_refused():
+    with pytest.raises(rj.InputError, match="whole numbers of rows and columns"):
+        rj.Forest.grid_dag(2.5, 3)

@@ -73,9 +73,9 @@ def measure(name, hidden, depths, schedule, runs, once):
 
 def time_depth(model, forest, p, schedule, runs):
     """(depth, nodes, ms of model.run, of the launch between events, queued, on the host)."""
-    kernel = model.compile(forest, p, backend="cuda", schedule=schedule).backend_kernel
-    linearized = model.linearize(forest)
-    arguments, _ = kernel.prepare(linearized, p, kernel.inputs(linearized))
+    prepared = model.prepare(forest, p, backend="cuda", schedule=schedule)
+    kernel, linearized = prepared.compiled.backend_kernel, prepared.linearized
+    arguments, _ = kernel.prepare(linearized, p, prepared.inputs)
 
     def launch():
         kernel.launch_all(arguments)

@@ -69,9 +69,9 @@ def measure(name, hidden, depth, runs):
     forest = rj.Forest.from_ptb([comb(depth)])
     p = module.make_params(hidden, depth + 1, "float32").to_device()
     model.run(forest, p, backend="cuda")
-    kernel = model.compile(forest, p, backend="cuda").backend_kernel
-    linearized = model.linearize(forest)
-    arguments, _ = kernel.prepare(linearized, p, kernel.inputs(linearized))
+    prepared = model.prepare(forest, p, backend="cuda")
+    kernel = prepared.compiled.backend_kernel
+    arguments, _ = kernel.prepare(prepared.linearized, p, prepared.inputs)
     before, body, after = split_loop(kernel.source)
     print(f"\n## {name} h{hidden}, a comb of depth {depth}: ms a launch, us a level")
     for label, edited in variants(body).items():

@@ -35,22 +35,22 @@ def bench_case(name, hidden, batch, trees):
 def profile(name, hidden, batch, trees, runs, schedule):
     model, forest, p = bench_case(name, hidden, batch, trees)
     model.run(forest, p, backend="cuda", schedule=schedule)
-    compiled = model.compile(forest, p, backend="cuda", schedule=schedule)
-    linearized = model.linearize(forest)
-    kernel = compiled.backend_kernel
+    prepared = model.prepare(forest, p, backend="cuda", schedule=schedule)
+    linearized, inputs = prepared.linearized, prepared.inputs
+    kernel = prepared.compiled.backend_kernel
 
     def whole():
         model.run(forest, p, backend="cuda", schedule=schedule)
 
-    shapes = compiled.cell.state_shapes
+    shapes = prepared.compiled.cell.state_shapes
 
     def launch_only():
-        kernel.run(linearized, p, shapes)
+        kernel.run(linearized, p, shapes, inputs)
 
     timings = {label: 1e3 * bench.median_seconds([call] * (runs + 1))
                for label, call in (("run", whole), ("kernel.run", launch_only))}
     timings["events around the call"] = events_ms(launch_only, runs)
-    timings.update(pieces(kernel, linearized, p, shapes, runs))
+    timings.update(pieces(kernel, linearized, inputs, p, shapes, runs))
     print(f"\n## {name} h{hidden} b{batch}, {kernel.threads} threads a block: "
           f"{linearized.num_nodes} nodes; "
           + ", ".join(f"{k} {v:.3f} ms" for k, v in timings.items()), flush=True)
@@ -62,7 +62,7 @@ def profile(name, hidden, batch, trees, runs, schedule):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(10)
 
 
-def pieces(kernel, linearized, p, shapes, runs):
+def pieces(kernel, linearized, inputs, p, shapes, runs):
     """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
     launch alone between CUDA events. cProfile (above) breaks the host's steps down."""
     steps = {"arguments (forest upload, parameters, states, scratch)": [], "launch (host)": [],
@@ -78,7 +78,7 @@ def pieces(kernel, linearized, p, shapes, runs):
             steps[step].append(1e3 * (now - clock))
             clock = now
 
-        arguments, states = kernel.prepare(linearized, p, kernel.inputs(linearized))
+        arguments, states = kernel.prepare(linearized, p, inputs)
         lap("arguments (forest upload, parameters, states, scratch)")
         start.record()
         kernel.launch_all(arguments)

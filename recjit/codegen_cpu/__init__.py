@@ -34,15 +34,15 @@ class CpuKernel:
         """(scalars, arrays): the kernel's arguments that come from this forest."""
         return forest_arguments(self.kernel, linearized)
 
-    def run(self, linearized, params, shapes, device_output=False, inputs=None):
+    def run(self, linearized, params, shapes, inputs, device_output=False):
         """The states of every node in the forest's order, on the host (`model.run` refuses
-        `device_output` for the CPU). `inputs`: the forest's, if found before
-        (`model.prepare`)."""
+        `device_output` for the CPU). `inputs`: the kernel's arguments from the forest
+        (`inputs`)."""
         return Result.from_linearized(self(linearized, params, inputs), shapes,
                                       linearized.new_of_old, linearized.roots)
 
-    def __call__(self, linearized, params, inputs=None):
-        scalars, forest_arrays = inputs or self.inputs(linearized)
+    def __call__(self, linearized, params, inputs):
+        scalars, forest_arrays = inputs
         states = [np.empty((linearized.num_nodes, size), dtype=self.dtype)
                   for _, size in self.kernel.states]
         arrays = dict(forest_arrays)

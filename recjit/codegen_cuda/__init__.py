@@ -148,13 +148,12 @@ class CudaKernel:
         """(scalars, arrays): the kernel's arguments that come from this forest."""
         return forest_arguments(self.kernel, linearized)
 
-    def run(self, linearized, params, shapes, device_output=False, inputs=None):
+    def run(self, linearized, params, shapes, inputs, device_output=False):
         """The states of every node in the forest's order: NumPy arrays, or device arrays if
-        asked for. `inputs`: the forest's, if found before (`model.prepare`). One run at a
-        time: runs share the device buffers."""
+        asked for. `inputs`: the kernel's arguments from the forest (`inputs`). One run at
+        a time: runs share the device buffers."""
         with _running:
-            arguments, states = self.prepare(linearized, params,
-                                             inputs or self.inputs(linearized))
+            arguments, states = self.prepare(linearized, params, inputs)
             self.launch_all(arguments)
             return self.result(states, shapes, linearized, device_output)
 
@@ -218,14 +217,16 @@ class CudaKernel:
     def parameters(self, params, dtype):
         """{kernel parameter: device array}. A numba device array (`Params.to_device()`) is
         checked once and kept by identity: the checks cost 0.03 ms a run on an H100, a
-        tenth of a small forest's whole run. Host arrays are copied at every run."""
+        tenth of a small forest's whole run. Host arrays are copied at every run. A scalar
+        goes to the kernel as a vector of one element."""
         arrays = {}
         for name, attribute in self.parameter_attributes:
             value = getattr(params, attribute)
             kept = self.kept_parameters.get(name)
             if kept is None or kept[0] is not value:
-                kept = (value, device.to_device(f"parameter {attribute!r}", value, dtype))
-                if kept[1] is value:
+                on_device = device.to_device(f"parameter {attribute!r}", value, dtype)
+                kept = (value, on_device.reshape(1) if on_device.ndim == 0 else on_device)
+                if on_device is value:
                     self.kept_parameters[name] = kept
             arrays[name] = kept[1]
         return arrays

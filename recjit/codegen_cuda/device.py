@@ -228,7 +228,7 @@ def to_device(what, value, dtype):
         if not value.is_c_contiguous():
             raise InputError(f"{what} is not C-contiguous on the device")
         return value
-    return cuda.to_device(np.ascontiguousarray(value, dtype=dtype))
+    return cuda.to_device(np.ascontiguousarray(value, dtype=dtype).reshape(np.shape(value)))
 
 
 def device_array(shape, dtype):

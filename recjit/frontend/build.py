@@ -145,7 +145,7 @@ class CaseBuilder:
             raise InputError(f"parameter {name!r} is missing from the parameters "
                              f"(read at {source.filename}:{source.lineno(node)})")
         shape, dtype = shape_and_dtype(array)
-        if dtype.kind != "f":
+        if dtype not in (np.float32, np.float64):
             raise InputError(f"parameter {name!r} has dtype {dtype}; parameters "
                              f"must be float32 or float64 arrays")
         return ParamArray(name, shape, dtype)
@@ -389,6 +389,10 @@ class Interpreter:
                 raise self.unsupported(f"scalar field {node.attr!r} must hold integers "
                                        "(indices); vector fields hold data", node)
             return NodeField(node.attr)
+        if np.dtype(dtype).kind not in "biuf":
+            raise InputError(f"vector field {node.attr!r} holds {np.dtype(dtype)} (read at "
+                             f"{self.source.filename}:{self.source.lineno(node)}); a vector "
+                             "field holds numbers, computed on in the parameters' dtype")
         return self.builder.emit("field", (), (node.attr,), shape, self.source.lineno(node))
 
     def expr_Subscript(self, node, env):
@@ -734,6 +738,10 @@ def build_cell_ir(model, source, params, field_specs, arity):
                                        **where)
             tensors.append(builder.tensor(value, source, source.tree))
         shapes = tuple(t.shape for t in tensors)
+        if any(0 in shape for shape in shapes):
+            raise ShapeError(f"the {builder.case_name} case returns states of shapes {shapes}; "
+                             "a state needs at least one element (are the parameters empty?)",
+                             **where)
         if state is None:
             state = (shapes, is_tuple)
         elif (shapes, is_tuple) != state:

@@ -20,9 +20,9 @@ class Forest:
     def __init__(self, child_ptr, child_idx, roots, fields=None, kind="tree", vocab=None):
         if kind not in KINDS:
             raise InputError(f"Forest kind must be one of {KINDS}, not {kind!r}")
-        self.child_ptr = np.ascontiguousarray(child_ptr, dtype=np.int64)
-        self.child_idx = np.ascontiguousarray(child_idx, dtype=np.int64)
-        self.roots = np.ascontiguousarray(roots, dtype=np.int64)
+        self.child_ptr = _node_indices("child_ptr", child_ptr)
+        self.child_idx = _node_indices("child_idx", child_idx)
+        self.roots = _node_indices("roots", roots)
         if self.child_ptr.ndim != 1 or self.child_ptr.size == 0:
             raise InputError("child_ptr must be a 1-d array of num_nodes + 1 offsets")
         self.num_nodes = self.child_ptr.size - 1
@@ -106,8 +106,11 @@ class Forest:
         """DAG-RNN's grid: cell (i, j) is node `i * cols + j` (plus `g * rows * cols` for grid
         g) and its children are its left and upper neighbours, in that order; the root is the
         bottom-right cell. `fields` hold num_grids * rows * cols rows."""
-        if rows < 1 or cols < 1:
-            raise InputError(f"a grid needs at least one row and one column, not {rows}x{cols}")
+        if not all(isinstance(n, (int, np.integer)) for n in (rows, cols, num_grids)) or \
+                rows < 1 or cols < 1 or num_grids < 0:
+            raise InputError(f"a grid needs whole numbers of rows and columns, at least one "
+                             f"of each, and num_grids >= 0; not {rows!r}x{cols!r}, "
+                             f"num_grids={num_grids!r}")
         cells = rows * cols
         i, j = np.divmod(np.arange(cells, dtype=np.int64), cols)
         counts = (j > 0).astype(np.int64) + (i > 0)
@@ -215,6 +218,15 @@ def random_bracketing(words, rng):
 
 
 _PTB_TOKEN = re.compile(r"\(|\)|[^()]+")
+
+
+def _node_indices(name, values):
+    """A structure array as int64; a non-integer one is refused rather than truncated."""
+    values = np.asarray(values)
+    if values.size and values.dtype.kind not in "iu":
+        raise InputError(f"{name} must hold integers (node indices and offsets), not "
+                         f"{values.dtype}")
+    return np.ascontiguousarray(values, dtype=np.int64)
 
 
 def _field(name, values, num_nodes):

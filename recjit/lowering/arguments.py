@@ -8,8 +8,8 @@ from .lower import field_name, param_name
 
 def forest_arguments(kernel, linearized):
     """(scalars, arrays): the kernel's arguments that come from the forest, by name; arrays
-    are contiguous, integer fields int64 and float fields in the kernel's dtype, but for GPU
-    fields, still as the forest holds them (`Linearized.unpermuted`)."""
+    are contiguous, scalar (index) fields int64 and vector fields in the kernel's dtype, but
+    for GPU fields, still as the forest holds them (`Linearized.unpermuted`)."""
     leaf_begin = linearized.leaf_begin
     scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": leaf_begin,
                "num_batches": linearized.num_batches,
@@ -35,7 +35,7 @@ def forest_arguments(kernel, linearized):
         if name in linearized.unpermuted:
             arrays[field_name(name)] = values  # a GPU array, for the CUDA backend to reorder
             continue
-        dtype = np.int64 if values.dtype.kind in "iu" else np.dtype(kernel.dtype)
+        dtype = np.int64 if values.ndim == 1 else np.dtype(kernel.dtype)  # indices; data
         arrays[field_name(name)] = np.ascontiguousarray(values, dtype=dtype)
     return scalars, arrays
 

@@ -92,8 +92,8 @@ class ElementEmitter:
         if location is not None:
             return location(index)
         kind = op.kind
-        if kind == "param":
-            return Load(param_name(op.attrs[0]), _unflatten(index, op.shape))
+        if kind == "param":  # a scalar parameter is passed as a vector of one element
+            return Load(param_name(op.attrs[0]), _unflatten(index, op.shape) or (index,))
         if kind in ("const", "fill"):
             return Const(op.attrs[0])
         if kind == "child_state":

@@ -9,8 +9,8 @@ from recjit.linearize import random_bracketing
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (assert_same_result, binary_forests, caterpillar, scaled_rnn,
-                      scaled_rnn_params, scales, seeds)
+from conftest import (assert_same_result, binary_forests, caterpillar, nary_forests,
+                      scaled_rnn, scaled_rnn_params, scales, seeds)
 
 VOCAB = 50
 
@@ -210,6 +210,25 @@ def test_a_vector_field_of_integers_is_computed_on_in_the_parameters_dtype(num_n
 def test_a_scalar_parameter_equals_reference(forest, seed):
     p = scaled_rnn_params(4, VOCAB, seed)
     assert_same_result(scaled_rnn.run(forest, p), scaled_rnn.reference(forest, p))
+
+
+@rj.recursive_model(arity=None)
+def accumulating(node, p):
+    """`acc += ...` into an array of the cell's own (rj.zeros), over any number of children."""
+    acc = rj.zeros(p.b.shape)
+    for child in node.children:
+        acc += accumulating(child, p)
+    if node.is_leaf:
+        acc += p.E[node.word]
+    return rj.tanh(p.W @ acc + p.b)
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_updates_in_place_of_an_array_of_the_cells_own_equal_reference(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2,
+                  b=rng.normal(size=4))
+    assert_same_result(accumulating.run(forest, p), accumulating.reference(forest, p))
 
 
 @rj.recursive_model(arity=3)

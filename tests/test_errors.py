@@ -142,3 +142,48 @@ def test_a_structure_array_of_floats_is_refused_rather_than_truncated(array):
 def test_a_grid_of_fractional_rows_is_refused():
     with pytest.raises(rj.InputError, match="whole numbers of rows and columns"):
         rj.Forest.grid_dag(2.5, 3)
+
+
+def test_an_update_in_place_of_a_childs_state_is_refused_naming_the_line():
+    """NumPy's `h += x` would change the child's state (or a parameter's row) in the plain
+    recursion, and the kernel would not: the two would disagree."""
+    @rj.recursive_model(arity=2)
+    def in_place(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        h = in_place(node.left, p)
+        h += in_place(node.right, p)
+        return h
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: `h \+= \.\.\.` changes "
+                                                  r"h's array in place .* write `h = h \+ \.\.\.`"):
+        in_place.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+@pytest.mark.parametrize("body", [
+    "h = in_place(node.children[0], p) * 1\n    g = h\n    h += g\n    return g + h",
+    "y = p.W @ in_place(node.children[0], p)\n    a, b = rj.split(y, 2)\n    a += b\n"
+    "    return y"],
+    ids=["an alias", "a split part"])
+def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp_path):
+    path = tmp_path / "in_place.py"
+    path.write_text("import recjit as rj\n\n@rj.recursive_model(arity=1)\ndef in_place(node, p):\n"
+                    "    if node.is_leaf:\n        return p.E[node.word]\n    " + body + "\n")
+    namespace = {}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    forest = rj.Forest.from_edges(2, [(0, 1)], fields={"word": [0, 1]}, kind="tree")
+    with pytest.raises(rj.UnsupportedError, match="in place"):
+        namespace["in_place"].run(forest, rj.Params(E=np.ones((2, 2)), W=np.eye(2, 2)))
+
+
+def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_arguments():
+    @rj.recursive_model(arity=2)
+    def printing(node, p):
+        if node.is_leaf:
+            print("a leaf")
+            return p.E[node.word]
+        return printing(node.left, p) + printing(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match="calling print is not part of the cell "
+                                                  "language"):
+        printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))

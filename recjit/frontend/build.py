@@ -157,6 +157,10 @@ class CaseBuilder:
             return self.emit("param", (), (value.name,), value.shape, source.lineno(node))
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
             return self.emit("const", (), (float(value),), (), source.lineno(node))
+        if isinstance(value, np.ndarray):
+            raise UnsupportedError(f"an array of shape {value.shape} from outside the cell "
+                                   "cannot be used as a tensor: pass it as a parameter (p.name)",
+                                   **source.where(node))
         raise UnsupportedError(f"{_describe(value)} cannot be used as a tensor here",
                                **source.where(node))
 
@@ -187,6 +191,7 @@ class Interpreter:
         self.builder = builder
         self.source = source
         self.depth = depth
+        self.owned = set()  # names whose array the plain recursion made for them alone
 
     def unsupported(self, message, node):
         return UnsupportedError(message, **self.source.where(node))
@@ -204,12 +209,16 @@ class Interpreter:
             value = self.expr(node.value, env)
             for target in node.targets:
                 self.bind(target, value, env)
+            self.note_owners(node.targets, node.value, env)
         elif isinstance(node, ast.AugAssign):
             current = self.expr(node.target, env)
+            self.refuse_shared_update(node, current)
             value = self.binary(node.op, current, self.expr(node.value, env), node)
             self.bind(node.target, value, env)
+            self.owned.add(node.target.id)
         elif isinstance(node, ast.AnnAssign) and node.value is not None:
             self.bind(node.target, self.expr(node.value, env), env)
+            self.note_owners([node.target], node.value, env)
         elif isinstance(node, ast.Return):
             raise _Return(self.expr(node.value, env) if node.value is not None else None)
         elif isinstance(node, ast.If):
@@ -220,6 +229,7 @@ class Interpreter:
         elif isinstance(node, ast.For):
             for element in self.iterate(node.iter, env):
                 self.bind(node.target, element, env)
+                self.owned -= _names(node.target)
                 self.run_body(node.body, env)
             self.run_body(node.orelse, env)
         elif isinstance(node, ast.Expr):
@@ -228,6 +238,70 @@ class Interpreter:
         elif not isinstance(node, ast.Pass):
             raise self.unsupported(f"`{type(node).__name__}` statements are not part of the "
                                    "cell language", node)
+
+    # `x += y` updates x's array in place in the plain recursion, and the kernel computes a
+    # new value: the two agree only where no other name, child state, parameter or field
+    # shares that array.
+    def note_owners(self, targets, value, env):
+        """After `targets = value`: the names that now hold an array of their own."""
+        self.owned -= self.shared_names(value, env)
+        if len(targets) > 1:  # `a = b = x * 2`: one array, two names
+            self.owned -= set().union(*(_names(t) for t in targets))
+            return
+        pairs = [(targets[0], value)]
+        while pairs:
+            target, expression = pairs.pop()
+            if isinstance(target, ast.Name) and self.allocates(expression, env):
+                self.owned.add(target.id)
+            elif isinstance(target, (ast.Tuple, ast.List)) and isinstance(
+                    expression, (ast.Tuple, ast.List)) and len(target.elts) == len(
+                    expression.elts):
+                pairs.extend(zip(target.elts, expression.elts))
+            else:
+                self.owned -= _names(target)
+
+    def allocates(self, expression, env):
+        """Whether NumPy makes a new array for `expression` (an operator, an elementwise
+        function, rj.zeros, rj.ones, rj.concat, sum), not a view or a value held elsewhere."""
+        if isinstance(expression, (ast.BinOp, ast.UnaryOp)):
+            return True
+        if isinstance(expression, ast.Call):
+            function = self.expr(expression.func, env)
+            return (function in ops.UNARY or function in ops.BINARY
+                    or function in (ops.concat, ops.zeros, ops.ones, builtins.sum))
+        return False
+
+    def shared_names(self, expression, env):
+        """The names whose arrays the value of `expression` may share: the names themselves,
+        their slices and split parts, whatever a helper function may return of its
+        arguments; nothing of a new array's operands."""
+        if self.allocates(expression, env):
+            return set()
+        if isinstance(expression, ast.Name):
+            return {expression.id}
+        if isinstance(expression, (ast.Tuple, ast.List)):
+            parts = expression.elts
+        elif isinstance(expression, ast.Call):
+            parts = expression.args + [keyword.value for keyword in expression.keywords]
+        elif isinstance(expression, ast.Subscript):
+            parts = [expression.value]
+        elif isinstance(expression, ast.IfExp):
+            parts = [expression.body, expression.orelse]
+        else:
+            return set()
+        return set().union(*(self.shared_names(part, env) for part in parts))
+
+    def refuse_shared_update(self, node, current):
+        if not isinstance(node.target, ast.Name):
+            raise self.unsupported("only names and tuples of names can be assigned",
+                                   node.target)
+        name = node.target.id
+        if isinstance(current, Tensor) and name not in self.owned:
+            symbol = _OPERATOR_SYMBOLS.get(type(node.op), "op")
+            raise self.unsupported(
+                f"`{name} {symbol}= ...` changes {name}'s array in place in the plain "
+                f"recursion, where that array may be a child's state, a parameter, a field or "
+                f"another name's value; write `{name} = {name} {symbol} ...`", node)
 
     def bind(self, target, value, env):
         if isinstance(target, ast.Name):
@@ -540,12 +614,19 @@ class Interpreter:
 
     def expr_Call(self, node, env):
         function = self.expr(node.func, env)
+        model = self.builder.model
+        recursive = function is model or function is getattr(model, "function", None)
+        if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
+                or is_user_helper(function)):
+            raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
+                                   "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
+                                   "rj.maximum, rj.minimum, rj.split, rj.concat, rj.zeros, "
+                                   "rj.ones, sum, or a helper function)", node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)
         arguments = [self.expr(a, env) for a in node.args]
         keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
-        model = self.builder.model
-        if function is model or function is getattr(model, "function", None):
+        if recursive:
             return self.recursive_call(arguments, node)
         line = self.source.lineno(node)
         if function in ops.UNARY and len(arguments) == 1 and not keywords:
@@ -568,10 +649,9 @@ class Interpreter:
             return function(*arguments, **keywords)
         if is_user_helper(function):
             return self.inline(function, arguments, keywords, node)
-        raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
-                               "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
-                               "rj.maximum, rj.minimum, rj.split, rj.concat, rj.zeros, "
-                               "rj.ones, sum, or a helper function)", node)
+        raise self.unsupported(f"calling {_describe(function)} with {len(arguments)} "
+                               f"argument(s){' and keywords' if keywords else ''} is not part "
+                               "of the cell language", node)
 
     def recursive_call(self, arguments, node):
         context = self.builder.context
@@ -684,6 +764,17 @@ def accumulators(body):
                 read_by_sums[name] += 1
     return {name for name, count in sums.items()
             if count == assignments[name] and reads[name] == read_by_sums[name]}
+
+
+_CELL_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.split, ops.concat, ops.zeros, ops.ones,
+                   builtins.sum, builtins.range, builtins.len, builtins.tuple, builtins.list)
+_OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
+                     ast.MatMult: "@"}
+
+
+def _names(target):
+    """The names an assignment target binds."""
+    return {node.id for node in ast.walk(target) if isinstance(node, ast.Name)}
 
 
 def _is_number(value):

@@ -30,6 +30,17 @@ def test_from_ptb_extends_a_given_vocabulary():
     assert forest.fields["word"].tolist() == [-1, 7, 8]
 
 
+def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
+    lines = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))"]
+    expected = rj.Forest.from_ptb(lines)
+    for given in ("\n".join(lines) + "\n", [line.encode() for line in lines],
+                  "\n".join(lines).encode()):
+        forest = rj.Forest.from_ptb(given)
+        assert forest.labels.tolist() == expected.labels.tolist()
+        assert forest.fields["word"].tolist() == expected.fields["word"].tolist()
+        assert forest.vocab == expected.vocab
+
+
 @pytest.mark.parametrize("line, message", [
     ("(3 (2 a) (2 b)", "unbalanced"), ("(3 (2 a)) )", "unbalanced"),
     ("(x (2 a) (2 b))", "expected a label"), ("(2 a) (2 b)", "more than one tree"),

@@ -164,7 +164,8 @@ class Forest:
 
     @classmethod
     def from_ptb(cls, lines, vocab=None):
-        """Trees in PTB bracket format, one per line (`(label child child)`, `(label word)`).
+        """Trees in PTB bracket format, one per line (`(label child child)`, `(label word)`):
+        an iterable of lines (str or bytes, an open file) or the whole text.
 
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label."""
@@ -178,9 +179,13 @@ class Forest:
                 next_id += 1
             return vocab[word]
 
+        if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
+            lines = lines.splitlines()
         builder = _Builder()
         roots = []
         for line_number, line in enumerate(lines, 1):
+            if isinstance(line, bytes):  # a file opened in binary mode
+                line = line.decode("utf-8")
             if line.strip():
                 roots.append(builder.add_ptb(line, line_number, word_id))
         forest = builder.forest(roots, "word", kind="tree")

@@ -13,7 +13,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
-from .params import WithContext, host_copy, on_device, shape_and_dtype
+from .params import WithContext, described, host_copy, on_device, shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -144,7 +144,7 @@ class RecursiveModel:
         for name in parameter_names:
             value = getattr(p, name, None)
             if value is None:
-                raise InputError(f"parameter {name!r} is missing from the parameters")
+                raise InputError(f"{described(p, name)} is missing from the parameters")
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
@@ -420,7 +420,7 @@ def _field_spec(values, kind=False):
 
 def check_finite_inputs(cell, forest, p):
     """Name the first parameter or float field holding a NaN or an infinity, and where."""
-    arrays = [(f"parameter {name!r}", getattr(p, name)) for name in sorted(cell.parameters)]
+    arrays = [(described(p, name), getattr(p, name)) for name in sorted(cell.parameters)]
     arrays += [(f"field {name!r}", forest.fields[name]) for name in sorted(cell.fields)
                if _field_spec(forest.fields[name])[1].kind == "f"]
     for what, values in arrays:

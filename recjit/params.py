@@ -75,8 +75,18 @@ class WithContext:
         self._params = params
         self._context = dict(context)
 
+    def names_context(self, name):
+        return name in self.__dict__["_context"]
+
     def __getattr__(self, name):
         context = self.__dict__["_context"]
         if name in context:
             return context[name]
         return getattr(self.__dict__["_params"], name)
+
+
+def described(params, name):
+    """How an error names `name` of `params`: a context argument or a parameter."""
+    if isinstance(params, WithContext) and params.names_context(name):
+        return f"context argument {name!r}"
+    return f"parameter {name!r}"

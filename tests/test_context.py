@@ -112,3 +112,15 @@ def test_a_recursive_call_that_reorders_the_context_is_refused_at_its_line():
                                                   r"pass the parameters and the context on "
                                                   r"unchanged: cell\(child, p, a, b\)"):
         swapped.run(forest, params(0), context=vectors(0, (HIDDEN,), (HIDDEN,)))
+
+
+def test_a_context_argument_of_integers_is_named_as_a_context_argument():
+    with pytest.raises(rj.InputError, match="context argument 'bias' has dtype int64"):
+        biased_rnn.run(rj.Forest.from_nested([(1, 2)]), params(0),
+                       context=(np.ones(HIDDEN, dtype=np.int64), np.eye(HIDDEN)))
+
+
+def test_a_scalar_context_argument_equals_the_reference():
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    assert_same_result(gated_sum.run(forest, params(3), context=(0.5,)),
+                       gated_sum.reference(forest, params(3), context=(0.5,)))

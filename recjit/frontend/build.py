@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
-from ..params import shape_and_dtype
+from ..params import described, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
@@ -142,11 +142,11 @@ class CaseBuilder:
         """Parameter `name` (an attribute of the parameters, or a context argument)."""
         array = getattr(self.params, name, None)
         if array is None:
-            raise InputError(f"parameter {name!r} is missing from the parameters "
+            raise InputError(f"{described(self.params, name)} is missing from the parameters "
                              f"(read at {source.filename}:{source.lineno(node)})")
         shape, dtype = shape_and_dtype(array)
         if dtype not in (np.float32, np.float64):
-            raise InputError(f"parameter {name!r} has dtype {dtype}; parameters "
+            raise InputError(f"{described(self.params, name)} has dtype {dtype}; parameters "
                              f"must be float32 or float64 arrays")
         return ParamArray(name, shape, dtype)
 

@@ -267,8 +267,7 @@ class Interpreter:
             return True
         if isinstance(expression, ast.Call):
             function = self.expr(expression.func, env)
-            return (function in ops.UNARY or function in ops.BINARY
-                    or function in (ops.concat, ops.zeros, ops.ones, builtins.sum))
+            return any(function is allocating for allocating in _ALLOCATING_FUNCTIONS)
         return False
 
     def shared_names(self, expression, env):
@@ -766,8 +765,10 @@ def accumulators(body):
             if count == assignments[name] and reads[name] == read_by_sums[name]}
 
 
-_CELL_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.split, ops.concat, ops.zeros, ops.ones,
-                   builtins.sum, builtins.range, builtins.len, builtins.tuple, builtins.list)
+_ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.concat, ops.zeros, ops.ones,
+                         builtins.sum)
+_CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
+                   builtins.tuple, builtins.list)
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 

@@ -107,3 +107,23 @@ def test_from_networkx_makes_an_edge_u_to_v_a_child_u_of_v():
     assert tree.kind == "tree"
     with pytest.raises(rj.InputError, match="no attribute 'x'"):
         rj.Forest.from_networkx(networkx.DiGraph([("a", "b")]), fields=["x"])
+
+
+def test_from_networkx_takes_one_field_name_as_a_string():
+    graph = networkx.DiGraph([("a", "b")])
+    networkx.set_node_attributes(graph, {"a": 4, "b": -1}, "word")
+    assert rj.Forest.from_networkx(graph, fields="word").fields["word"].tolist() == [4, -1]
+
+
+@pytest.mark.parametrize("graph", [networkx.Graph([(1, 2)]), networkx.MultiDiGraph([(1, 2)]),
+                                   [(1, 2)]], ids=["undirected", "multigraph", "a list"])
+def test_from_networkx_refuses_what_is_not_a_digraph_naming_its_type(graph):
+    with pytest.raises(rj.InputError, match="takes a networkx DiGraph"):
+        rj.Forest.from_networkx(graph)
+
+
+def test_from_networkx_refuses_an_attribute_of_different_shapes_naming_it():
+    graph = networkx.DiGraph([("a", "b")])
+    networkx.set_node_attributes(graph, {"a": [1.0, 2.0], "b": [1.0]}, "x")
+    with pytest.raises(rj.InputError, match=r"attribute 'x' has shapes \[\(1,\), \(2,\)\]"):
+        rj.Forest.from_networkx(graph, fields=["x"])

@@ -146,14 +146,21 @@ class Forest:
         child of v (v reads u's state), so the sinks are the roots. Node attributes named in
         `fields` become fields; `.node_keys` lists the graph's nodes in recjit's order.
         `kind` defaults to "tree" when no node has two successors, else "dag"."""
+        if not (hasattr(graph, "is_directed") and graph.is_directed()) or graph.is_multigraph():
+            raise InputError(f"from_networkx takes a networkx DiGraph (edges point the way data "
+                             f"flows, one edge a pair), not {type(graph).__name__}")
         keys = list(graph.nodes)
         index = {key: position for position, key in enumerate(keys)}
         edges = [(index[v], index[u]) for u, v in graph.edges]
         values = {}
-        for name in fields:
+        for name in (fields,) if isinstance(fields, str) else fields:
             missing = [key for key in keys if name not in graph.nodes[key]]
             if missing:
                 raise InputError(f"networkx node {missing[0]!r} has no attribute {name!r}")
+            shapes = {np.shape(graph.nodes[key][name]) for key in keys}
+            if len(shapes) > 1:
+                raise InputError(f"attribute {name!r} has shapes {sorted(shapes)} on different "
+                                 "networkx nodes; a field has one shape a node")
             values[name] = np.asarray([graph.nodes[key][name] for key in keys])
         if kind is None:
             shared = any(graph.out_degree(key) > 1 for key in keys)

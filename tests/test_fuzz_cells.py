@@ -34,6 +34,7 @@ MISTAKES = {
     "recursion on the node itself": ("hl = cell(node, p)", "left"),
     "recursion on a grandchild": ("hl = cell(node.left.left, p)", "left"),
     "a call result reused as a node": ("hl = cell(hr, p)", "body"),
+    "an update in place": ("hl += hr", "body"),  # of a child's state, or of a cell's own sum
 }
 
 
@@ -42,8 +43,10 @@ def expressions(draw, atoms, depth=3):
     """A vector expression of size HIDDEN over `atoms`."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from(atoms))
-    kind = draw(st.sampled_from(["function", "operator", "product"]))
+    kind = draw(st.sampled_from(["function", "operator", "product", "scaled"]))
     inner = draw(expressions(atoms, depth - 1))
+    if kind == "scaled":  # by a scalar parameter
+        return f"({inner} * p.s)"
     if kind == "function":
         return f"{draw(st.sampled_from(FUNCTIONS))}({inner})"
     if kind == "operator":
@@ -113,7 +116,7 @@ def parameters(seed, dtype):
 
     return rj.Params(E=normal(VOCAB, HIDDEN), b0=normal(HIDDEN), b1=normal(HIDDEN),
                      W0=normal(HIDDEN, HIDDEN, scale=0.5), W1=normal(HIDDEN, HIDDEN, scale=0.5),
-                     W_wide=normal(HIDDEN, HIDDEN + 1))
+                     W_wide=normal(HIDDEN, HIDDEN + 1), s=normal())
 
 
 # Each new cell compiles a kernel (seconds): a bounded number of examples.

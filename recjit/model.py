@@ -13,6 +13,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
+from .ops import filling
 from .params import WithContext, described, host_copy, on_device, shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
@@ -309,14 +310,21 @@ class RecursiveModel:
         forest = forest.on_host()
         if linearized_check.num_nodes == 0:
             return self._empty_result(self.compile(forest, p, context=context).cell)
-        self.with_context(p, context)  # refuses a wrong count or name, as `run` does
-        states = run_reference(self, forest, p, tuple(context))
+        bound = self.with_context(p, context)  # refuses a wrong count or name, as `run` does
+        with filling(self._parameters_dtype(bound)):
+            states = run_reference(self, forest, p, tuple(context))
         first = next(iter(states.values()))
         is_tuple = isinstance(first, tuple)
         components = len(first) if is_tuple else 1
         nodes = tuple(np.stack([np.asarray(states[n][c] if is_tuple else states[n])
                                 for n in range(forest.num_nodes)]) for c in range(components))
         return Result.from_nodes(nodes, forest.roots)
+
+    def _parameters_dtype(self, p):
+        """The one dtype of the parameters the cell reads (and its context), else None."""
+        dtypes = {shape_and_dtype(getattr(p, name))[1] for name in self._read_names[0]
+                  if getattr(p, name, None) is not None}
+        return dtypes.pop() if len(dtypes) == 1 else None
 
     @staticmethod
     def _empty_result(cell):

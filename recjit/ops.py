@@ -2,7 +2,12 @@
 
 They give the decorated function its plain-Python meaning (the reference semantics); the
 frontend recognises them by identity and compiles them."""
+import contextlib
+import threading
+
 import numpy as np
+
+_filling = threading.local()  # the dtype rj.zeros and rj.ones make while a reference runs
 
 
 def tanh(x):
@@ -45,11 +50,24 @@ def concat(parts):
 
 
 def zeros(shape):
-    return np.zeros(shape)
+    return np.zeros(shape, dtype=getattr(_filling, "dtype", None))
 
 
 def ones(shape):
-    return np.ones(shape)
+    return np.ones(shape, dtype=getattr(_filling, "dtype", None))
+
+
+@contextlib.contextmanager
+def filling(dtype):
+    """rj.zeros and rj.ones in `dtype` (NumPy's float64 elsewhere) while the reference runs a
+    cell, so that a float32 model's recursion computes in float32, as its kernel does, rather
+    than in float64 from its first `rj.zeros` on."""
+    previous = getattr(_filling, "dtype", None)
+    _filling.dtype = dtype
+    try:
+        yield
+    finally:
+        _filling.dtype = previous
 
 
 UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log"}

@@ -1,11 +1,13 @@
 """The compiled CPU kernel equals the naive recursion (`model.reference`) on generated forests
 and parameters: within 1e-5 relative in float64 (plus 1e-6 absolute for values near zero)."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from recjit.codegen_cpu.emit import SERIAL_ITEMS
 from recjit.linearize import random_bracketing
+from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
@@ -37,6 +39,18 @@ def test_tree_lstm_in_float32_equals_reference_within_float32_rounding(forest, s
     result = tree_lstm.run(forest, p)
     assert result.nodes[0].dtype == np.float32
     assert_same_result(result, tree_lstm.reference(forest, p), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_reference_of_a_cell_that_starts_from_rj_zeros_computes_in_the_parameters_dtype(
+        dtype):
+    """A child-sum cell accumulates from `rj.zeros`, whose NumPy default is float64: the
+    plain recursion of a float32 model must not compute in float64 from there on."""
+    forest = rj.Forest.from_nested([((1, 2, 3), 4), 5])
+    p = tree_gru_params(6, VOCAB, dtype, seed=1)
+    reference = tree_gru.reference(forest, p)
+    assert reference.nodes[0].dtype == np.dtype(dtype) == tree_gru.run(forest, p).nodes[0].dtype
+    assert rj.zeros(2).dtype == np.float64  # outside a reference, NumPy's default
 
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)

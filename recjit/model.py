@@ -14,7 +14,7 @@ from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import WithContext, described, host_copy, on_device, shape_and_dtype
+from .params import Params, WithContext, described, host_copy, on_device, shape_and_dtype
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -266,6 +266,8 @@ class RecursiveModel:
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         p = self.with_context(p, context)
+        if backend != "cuda":
+            p = _on_host(p, self._read_names[0])  # the CPU kernel reads host memory
         if isinstance(forest, Prepared):
             compiled, linearized = self._prepared(forest, p, backend, schedule)
             forest, inputs = forest.forest, forest.inputs
@@ -311,8 +313,10 @@ class RecursiveModel:
         if linearized_check.num_nodes == 0:
             return self._empty_result(self.compile(forest, p, context=context).cell)
         bound = self.with_context(p, context)  # refuses a wrong count or name, as `run` does
+        p = _on_host(p, self._read_names[0])  # the recursion is NumPy's
+        context = tuple(host_copy(value) if on_device(value) else value for value in context)
         with filling(self._parameters_dtype(bound)):
-            states = run_reference(self, forest, p, tuple(context))
+            states = run_reference(self, forest, p, context)
         first = next(iter(states.values()))
         is_tuple = isinstance(first, tuple)
         components = len(first) if is_tuple else 1
@@ -401,6 +405,15 @@ def backend_barriers(backend, schedule, parameters):
 
 def _weight_shapes(parameters):
     return {param_name(name): shape for name, shape, _ in parameters}
+
+
+def _on_host(p, names):
+    """`p`, or where any of its `names` is a GPU array, `Params` of host copies of them."""
+    values = {name: getattr(p, name, None) for name in names}
+    if not any(on_device(value) for value in values.values()):
+        return p
+    return Params(**{name: host_copy(value) if on_device(value) else value
+                     for name, value in values.items() if value is not None})
 
 
 def _checked_schedule(schedule, default):

@@ -753,6 +753,14 @@ def test_a_matrix_field_on_the_gpu_equals_reference(schedule):
                        matrix_field_rnn.reference(forest, p))
 
 
+def test_the_cpu_backend_and_the_reference_read_device_parameters_copied_to_the_host():
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", seed=4)
+    expected = tree_lstm.reference(forest, p)
+    assert_same_result(tree_lstm.run(forest, p.to_device()), expected)
+    assert_same_result(tree_lstm.reference(forest, p.to_device()), expected)
+
+
 def test_the_cpu_backend_and_the_reference_read_gpu_fields_copied_to_the_host():
     forest = grids(2, HIDDEN, 3, 2, dtype="float64", seed=8)
     p = dag_rnn_params(HIDDEN, dtype="float64", seed=8)

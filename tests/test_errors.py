@@ -1,4 +1,6 @@
 """Bad forests and parameters raise `InputError` naming the culprit, before any kernel runs."""
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -109,7 +111,8 @@ def test_half_precision_parameters_are_refused_naming_the_parameter():
 
 
 def test_a_vector_field_of_strings_is_refused_naming_the_field_and_the_line():
-    from dag_rnn import dag_rnn, make_params as dag_params
+    from dag_rnn import dag_rnn
+    from dag_rnn import make_params as dag_params
     forest = rj.Forest.grid_dag(1, 2, fields={"x": np.full((2, 3), "a")})
     with pytest.raises(rj.InputError, match=r"vector field 'x' holds <U1 \(read at "
                                             r".*dag_rnn.py:\d+\); a vector field holds numbers"):
@@ -162,18 +165,19 @@ def test_an_update_in_place_of_a_childs_state_is_refused_naming_the_line():
 
 @pytest.mark.parametrize("body", [
     "h = in_place(node.children[0], p) * 1\n    g = h\n    h += g\n    return g + h",
-    "y = p.W @ in_place(node.children[0], p)\n    a, b = rj.split(y, 2)\n    a += b\n"
-    "    return y"],
+    ("y = p.W @ in_place(node.children[0], p)\n    a, b = rj.split(y, 2)\n    a += b\n"
+     "    return y")],
     ids=["an alias", "a split part"])
 def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp_path):
     path = tmp_path / "in_place.py"
     path.write_text("import recjit as rj\n\n@rj.recursive_model(arity=1)\ndef in_place(node, p):\n"
                     "    if node.is_leaf:\n        return p.E[node.word]\n    " + body + "\n")
-    namespace = {}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    spec = importlib.util.spec_from_file_location("in_place", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     forest = rj.Forest.from_edges(2, [(0, 1)], fields={"word": [0, 1]}, kind="tree")
     with pytest.raises(rj.UnsupportedError, match="in place"):
-        namespace["in_place"].run(forest, rj.Params(E=np.ones((2, 2)), W=np.eye(2, 2)))
+        module.in_place.run(forest, rj.Params(E=np.ones((2, 2)), W=np.eye(2, 2)))
 
 
 def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_arguments():

@@ -738,6 +738,28 @@ def test_a_scalar_parameter_equals_reference(schedule):
                            scaled_rnn.reference(forest, p))
 
 
+@rj.recursive_model(arity=2)
+def overflowing(node, p):
+    """exp overflows to inf, log of 0 and of negatives gives -inf and NaN, sigmoid saturates."""
+    if node.is_leaf:
+        return rj.exp(p.E[node.word] * p.scale)
+    left = overflowing(node.left, p)
+    return rj.log(left - p.shift) + rj.sigmoid(-left) + overflowing(node.right, p)
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_infinities_and_nans_come_out_where_the_reference_has_them(schedule):
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), 0])
+    p = rj.Params(E=np.linspace(-1.0, 1.0, 15).reshape(5, 3), scale=np.float64(800.0),
+                  shift=np.float64(1.0))
+    with np.errstate(all="ignore"):
+        expected = overflowing.reference(forest, p)
+    assert any(not np.isfinite(state).all() for state in expected.nodes)
+    result = overflowing.run(forest, p, backend="cuda", schedule=schedule)
+    for got, want in zip(result.nodes, expected.nodes):
+        np.testing.assert_allclose(got, want, rtol=1e-5)  # NaN matches NaN, inf matches inf
+
+
 def test_a_vector_field_of_integers_is_computed_on_in_the_parameters_dtype():
     forest = grids(1, HIDDEN, 3, 2, dtype="float64", seed=2)
     forest.fields["x"] = np.round(4 * forest.fields["x"]).astype(np.int64)

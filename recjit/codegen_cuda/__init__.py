@@ -79,6 +79,8 @@ class CudaKernel:
                                                          device.launch_bound(self.threads))
         module = load_module(self.source, f"{self.kernel.name}_cuda",
                              (runtime.__file__, buffers.__file__))
+        if device.simulated():
+            module.math = device.GpuMath  # NaN and inf where Python's math raises
         self.function = getattr(module, self.kernel.name)
         self.scratch_shapes = module.scratch_shapes
         self.cooperative_launch = None

@@ -2,6 +2,7 @@
 (`NUMBA_ENABLE_CUDASIM=1`, which runs a cooperative grid of one block) from a GPU."""
 import contextlib
 import ctypes
+import math
 import operator
 
 import numpy as np
@@ -20,6 +21,28 @@ SHARED_BYTES = 48 * 1024
 
 def simulated():
     return bool(config.ENABLE_CUDASIM)
+
+
+class GpuMath:
+    """The `math` a generated kernel reads in the simulator, which runs it as Python: a GPU's
+    results where Python's raise (`exp` overflowing to inf, `log` of 0 and of a negative number
+    to -inf and NaN), so that the simulator computes what the GPU does."""
+
+    tanh = staticmethod(math.tanh)
+
+    @staticmethod
+    def exp(x):
+        try:
+            return math.exp(x)
+        except OverflowError:
+            return math.inf
+
+    @staticmethod
+    def log(x):
+        try:
+            return math.log(x)
+        except ValueError:
+            return -math.inf if x == 0 else math.nan
 
 
 def require_device():

@@ -149,9 +149,7 @@ class RecursiveModel:
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
-                tuple((name, fields[name].shape[1:], fields[name].dtype.kind)
-                      if isinstance(fields[name], np.ndarray)
-                      else (name, *_field_spec(fields[name], kind=True))
+                tuple((name, *_field_spec(fields[name], kind=True))
                       for name in field_names if name in fields))
 
     def with_context(self, p, context):

@@ -12,7 +12,7 @@ VOCAB = 6
 P = make_params(3, VOCAB, "float64", seed=1)
 MISTAKES = ("none", "child out of range", "root out of range", "shared child", "cycle",
             "root is a child", "offsets out of order", "word off the table", "no roots",
-            "extra root")
+            "extra root", "fractional child index")
 
 
 @st.composite
@@ -45,6 +45,8 @@ def damaged_forests(draw):
         roots = roots[:0]
     elif mistake == "extra root":
         roots = np.append(roots, roots[0])
+    elif mistake == "fractional child index" and child_idx.size:
+        child_idx = child_idx + draw(st.sampled_from([0.0, 0.5]))  # floats, whole or not
     event(mistake)
     return child_ptr, child_idx, roots, words
 

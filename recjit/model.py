@@ -14,7 +14,7 @@ from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import Params, WithContext, described, host_copy, on_device, shape_and_dtype
+from .params import Params, WithContext, described, on_device, shape_and_dtype, to_host
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -312,7 +312,7 @@ class RecursiveModel:
             return self._empty_result(self.compile(forest, p, context=context).cell)
         bound = self.with_context(p, context)  # refuses a wrong count or name, as `run` does
         p = _on_host(p, self._read_names[0])  # the recursion is NumPy's
-        context = tuple(host_copy(value) if on_device(value) else value for value in context)
+        context = tuple(to_host(value) for value in context)
         with filling(self._parameters_dtype(bound)):
             states = run_reference(self, forest, p, context)
         first = next(iter(states.values()))
@@ -410,8 +410,8 @@ def _on_host(p, names):
     values = {name: getattr(p, name, None) for name in names}
     if not any(on_device(value) for value in values.values()):
         return p
-    return Params(**{name: host_copy(value) if on_device(value) else value
-                     for name, value in values.items() if value is not None})
+    return Params(**{name: to_host(value) for name, value in values.items()
+                     if value is not None})
 
 
 def _checked_schedule(schedule, default):
@@ -443,7 +443,7 @@ def check_finite_inputs(cell, forest, p):
     arrays += [(f"field {name!r}", forest.fields[name]) for name in sorted(cell.fields)
                if _field_spec(forest.fields[name])[1].kind == "f"]
     for what, values in arrays:
-        values = host_copy(values) if on_device(values) else np.asarray(values)
+        values = np.asarray(to_host(values))
         bad = np.argwhere(~np.isfinite(values))
         if bad.size:
             index = tuple(int(i) for i in bad[0])

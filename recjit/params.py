@@ -42,8 +42,11 @@ def on_device(value):
         hasattr(value, "copy_to_host") or hasattr(value, "__cuda_array_interface__"))
 
 
-def host_copy(value):
-    """A GPU array's values, copied into a NumPy array."""
+def to_host(value):
+    """`value` on the host: a GPU array's values copied into a NumPy array, anything else as
+    it is."""
+    if not on_device(value):
+        return value
     if not hasattr(value, "copy_to_host"):
         from numba import cuda
         value = cuda.as_cuda_array(value)

@@ -291,11 +291,9 @@ class Interpreter:
         return set().union(*(self.shared_names(part, env) for part in parts))
 
     def refuse_shared_update(self, node, current):
-        if not isinstance(node.target, ast.Name):
-            raise self.unsupported("only names and tuples of names can be assigned",
-                                   node.target)
-        name = node.target.id
-        if isinstance(current, Tensor) and name not in self.owned:
+        """`bind` refuses targets other than names (`p.W += ...`, `h[0] += ...`)."""
+        name = getattr(node.target, "id", None)
+        if isinstance(current, Tensor) and name is not None and name not in self.owned:
             symbol = _OPERATOR_SYMBOLS.get(type(node.op), "op")
             raise self.unsupported(
                 f"`{name} {symbol}= ...` changes {name}'s array in place in the plain "

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ..errors import InputError
-from ..params import host_copy, on_device, shape_and_dtype
+from ..params import on_device, shape_and_dtype, to_host
 
 KINDS = ("tree", "dag", "sequence")
 
@@ -46,8 +46,7 @@ class Forest:
         if all(isinstance(values, np.ndarray) for values in self.fields.values()):
             return self
         forest = copy.copy(self)
-        forest.fields = {name: host_copy(values) if on_device(values) else values
-                         for name, values in self.fields.items()}
+        forest.fields = {name: to_host(values) for name, values in self.fields.items()}
         return forest
 
     @property

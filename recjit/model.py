@@ -1,6 +1,7 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
 import functools
+import operator
 import threading
 from dataclasses import dataclass
 
@@ -8,13 +9,15 @@ import numpy as np
 
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
-from .frontend import build_cell_ir, check_properties, read_source
+from .frontend import (build_cell_ir, check_properties, frozen_values, outside_values,
+                       read_source)
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import Params, WithContext, described, on_device, shape_and_dtype, to_host
+from .params import (Params, WithContext, described, is_weak, on_device, shape_and_dtype,
+                     to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule
@@ -87,6 +90,18 @@ class ByForest:
         return compiled
 
 
+@dataclass(frozen=True, eq=False)
+class Analysis:
+    """The cell's source, what proving P.1–P.3 learnt of it (`frontend.properties.Usage`),
+    and the parameters and fields it reads (sorted). Part of the compiled-kernel cache key,
+    compared by identity: one per binding of the names the cell reads from outside."""
+
+    source: object
+    usage: object
+    parameters: tuple
+    fields: tuple
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A forest validated, linearized and matched to its compiled kernel ahead of `run`
@@ -107,9 +122,8 @@ class RecursiveModel:
         self.arity = arity
         self.kind = kind
         self.schedule = schedule
-        self._usage = None
-        self._source = None
-        self._read_names = None  # (parameters, fields) the cell reads, sorted
+        self._analysed = None  # (the current `Analysis`, the outside values it was made for)
+        self._analyses = {}  # each binding of the outside names (frozen) → its `Analysis`
         self._compiled = {}
         self._latest = {}
         self._lock = threading.Lock()
@@ -127,35 +141,49 @@ class RecursiveModel:
 
     # compiling -------------------------------------------------------------------------
     def analyse(self):
-        """Read the source and prove P.1–P.3, once per model."""
-        if self._usage is None:
-            source = read_source(self.function)
-            usage = check_properties(self, source)
-            self._read_names = (tuple(sorted(usage.parameters)), tuple(sorted(usage.fields)))
-            self._source = source
-            self._usage = usage
-        return self._usage
+        """Read the source and prove P.1–P.3: once per model, and again when a name the cell
+        reads from outside its body (a constant, a helper) is bound to another object, as a
+        notebook does when it runs a cell that defines it again. Bindings that compile the
+        same kernel share one `Analysis`, and so their compiled kernels."""
+        analysed = self._analysed
+        if analysed is not None:
+            analysis, values = analysed
+            if all(map(operator.is_, outside_values(analysis.usage.outside), values)):
+                return analysis
+        source = read_source(self.function)
+        usage = check_properties(self, source)
+        values = outside_values(usage.outside)
+        analysis = self._analyses.setdefault(
+            (usage.outside, frozen_values(values)),
+            Analysis(source, usage, tuple(sorted(usage.parameters)), tuple(sorted(usage.fields))))
+        self._analysed = (analysis, values)
+        return analysis
 
-    def signature(self, forest, p, backend, schedule):
+    @staticmethod
+    def signature(analysis, forest, p, backend, schedule):
         """The compiled-kernel cache key: backend, schedule, the shapes and dtypes of the
-        parameters and fields the cell reads. Computed at every run, so kept lean."""
-        self.analyse()
-        parameter_names, field_names = self._read_names
+        parameters and fields the cell reads, and its `analyse()` (which stands for what the
+        names it reads from outside its body denote). Computed at every run, so kept lean."""
+        parameter_names, field_names = analysis.parameters, analysis.fields
         parameters = []
         for name in parameter_names:
             value = getattr(p, name, None)
             if value is None:
-                raise InputError(f"{described(p, name)} is missing from the parameters")
+                raise InputError(f"{described(p, name)} is missing from the parameters"
+                                 + (" (a cell reads them as attributes, p.name, and a dict's "
+                                    "items are not: pass rj.Params(**p))"
+                                    if isinstance(p, dict) else ""))
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
                 tuple((name, *_field_spec(fields[name], kind=True))
-                      for name in field_names if name in fields))
+                      for name in field_names if name in fields), analysis)
 
-    def with_context(self, p, context):
-        """`p` with the cell's context arguments (its arguments after `p`) bound by name, as
-        every compiling method takes them: a kernel reads them as parameters."""
-        names = self.analyse().context
+    def with_context(self, analysis, p, context):
+        """`p` with the cell's context arguments (its arguments after `p`, in its
+        `analyse()`) bound by name, as every compiling method takes them: a kernel reads them
+        as parameters."""
+        names = analysis.usage.context
         context = tuple(context)
         if isinstance(p, WithContext) and not context:
             return p  # bound already, by the method that called this one
@@ -169,25 +197,26 @@ class RecursiveModel:
         """The compiled kernel for this forest's fields and these parameters' shapes (and,
         where the schedule depends on it, for this forest); the same shapes hit the in-memory
         cache, and numba's disk cache across processes."""
-        return self._compiled_for(forest, self.with_context(p, context), backend,
-                                  schedule)[2]
+        analysis = self.analyse()
+        return self._compiled_for(analysis, forest, self.with_context(analysis, p, context),
+                                  backend, schedule)[2]
 
-    def _compiled_for(self, forest, p, backend, schedule):
+    def _compiled_for(self, analysis, forest, p, backend, schedule):
         """(the signature, its entry, the forest's compiled kernel, the linearized forest)."""
-        key, entry = self._compiled_entry(forest, p, backend, schedule)
+        key, entry = self._compiled_entry(analysis, forest, p, backend, schedule)
         linearized = self.linearize(forest, entry.schedule)
         compiled = entry.for_forest(linearized)
         self._latest[backend] = compiled
         return key, entry, compiled, linearized
 
-    def _compiled_entry(self, forest, p, backend, schedule):
+    def _compiled_entry(self, analysis, forest, p, backend, schedule):
         """(the signature, its `Compiled`, or its `ByForest` where each forest completes the
         schedule)."""
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         _require_forest(forest)
         schedule = _checked_schedule(schedule, self.schedule)
-        key = self.signature(forest, p, backend, schedule)
+        key = self.signature(analysis, forest, p, backend, schedule)
         entry = self._compiled.get(key)
         if entry is None:
             with self._lock:
@@ -195,7 +224,7 @@ class RecursiveModel:
                 if entry is None:
                     field_specs = {name: _field_spec(values)
                                    for name, values in forest.fields.items()}
-                    cell = build_cell_ir(self, self._source, p, field_specs, self.arity)
+                    cell = build_cell_ir(self, analysis.source, p, field_specs, self.arity)
                     barriers = backend_barriers(backend, schedule, key[2])
                     chosen, trade = choose_schedule(cell, schedule, backend, self.kind,
                                                     self.arity, barriers)
@@ -248,8 +277,9 @@ class RecursiveModel:
         shapes. `run(prepared, p, ...)` with the same backend, schedule and shapes then goes
         straight to the kernel: a data loader can prepare the next forest while the kernel
         runs this one."""
-        p = self.with_context(p, context)
-        forest, key, compiled, linearized = self._checked(forest, p, backend, schedule)
+        analysis = self.analyse()
+        p = self.with_context(analysis, p, context)
+        forest, key, compiled, linearized = self._checked(analysis, forest, p, backend, schedule)
         inputs = compiled.backend_kernel.inputs(linearized) if linearized.num_nodes else None
         return Prepared(self, forest, key, compiled, linearized, inputs)
 
@@ -263,14 +293,16 @@ class RecursiveModel:
         if device_output and backend != "cuda":
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
-        p = self.with_context(p, context)
+        analysis = self.analyse()
+        p = self.with_context(analysis, p, context)
         if backend != "cuda":
-            p = _on_host(p, self._read_names[0])  # the CPU kernel reads host memory
+            p = _on_host(p, analysis.parameters)  # the CPU kernel reads host memory
         if isinstance(forest, Prepared):
-            compiled, linearized = self._prepared(forest, p, backend, schedule)
+            compiled, linearized = self._prepared(analysis, forest, p, backend, schedule)
             forest, inputs = forest.forest, forest.inputs
         else:
-            forest, _, compiled, linearized = self._checked(forest, p, backend, schedule)
+            forest, _, compiled, linearized = self._checked(analysis, forest, p, backend,
+                                                            schedule)
             inputs = None
         if linearized.num_nodes == 0:
             return self._empty_result(compiled.cell)
@@ -280,23 +312,23 @@ class RecursiveModel:
             linearized, p, compiled.cell.state_shapes,
             inputs or compiled.backend_kernel.inputs(linearized), device_output)
 
-    def _checked(self, forest, p, backend, schedule):
+    def _checked(self, analysis, forest, p, backend, schedule):
         """(the forest, its GPU fields copied to the host for a CPU run; the signature; its
         compiled kernel; its linearization, the gathered indices checked)."""
         if backend != "cuda" and isinstance(forest, Forest):
             forest = forest.on_host()  # the CPU kernel reads host memory
-        key, _, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+        key, _, compiled, linearized = self._compiled_for(analysis, forest, p, backend, schedule)
         if linearized.num_nodes:
             self.check_gathers(compiled.cell, linearized)
         return forest, key, compiled, linearized
 
-    def _prepared(self, prepared, p, backend, schedule):
+    def _prepared(self, analysis, prepared, p, backend, schedule):
         """(the compiled kernel, the linearized forest) of a `Prepared` forest, if it was
         prepared by this model for this backend, schedule and these parameters' shapes."""
         if prepared.model is not self:
             raise InputError(f"this forest was prepared by {prepared.model.__name__}, not "
                              f"{self.__name__}")
-        if self.signature(prepared.forest, p, backend,
+        if self.signature(analysis, prepared.forest, p, backend,
                           _checked_schedule(schedule, self.schedule)) != prepared.key:
             raise InputError(f"this forest was prepared for another backend, schedule or "
                              f"parameter shapes than backend={backend!r} and these; call "
@@ -310,10 +342,11 @@ class RecursiveModel:
         forest = forest.on_host()
         if linearized_check.num_nodes == 0:
             return self._empty_result(self.compile(forest, p, context=context).cell)
-        bound = self.with_context(p, context)  # refuses a wrong count or name, as `run` does
-        p = _on_host(p, self._read_names[0])  # the recursion is NumPy's
+        analysis = self.analyse()
+        bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
+        p = _on_host(p, analysis.parameters)  # the recursion is NumPy's
         context = tuple(to_host(value) for value in context)
-        with filling(self._parameters_dtype(bound)):
+        with filling(_parameters_dtype(bound, analysis.parameters)):
             states = run_reference(self, forest, p, context)
         first = next(iter(states.values()))
         is_tuple = isinstance(first, tuple)
@@ -321,12 +354,6 @@ class RecursiveModel:
         nodes = tuple(np.stack([np.asarray(states[n][c] if is_tuple else states[n])
                                 for n in range(forest.num_nodes)]) for c in range(components))
         return Result.from_nodes(nodes, forest.roots)
-
-    def _parameters_dtype(self, p):
-        """The one dtype of the parameters the cell reads (and its context), else None."""
-        dtypes = {shape_and_dtype(getattr(p, name))[1] for name in self._read_names[0]
-                  if getattr(p, name, None) is not None}
-        return dtypes.pop() if len(dtypes) == 1 else None
 
     @staticmethod
     def _empty_result(cell):
@@ -336,8 +363,10 @@ class RecursiveModel:
     # reading what was generated ---------------------------------------------------------
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
-        p = self.with_context(p, context)
-        _, entry, compiled, linearized = self._compiled_for(forest, p, backend, schedule)
+        analysis = self.analyse()
+        p = self.with_context(analysis, p, context)
+        _, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
+                                                            schedule)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",
@@ -399,6 +428,15 @@ def backend_barriers(backend, schedule, parameters):
     from .codegen_cuda import grid_barriers
     weight_shapes = _weight_shapes(parameters)
     return lambda kernel: grid_barriers(kernel, schedule, weight_shapes)
+
+
+def _parameters_dtype(p, names):
+    """The one dtype of the parameters `names` (those the cell reads, its context included),
+    else None."""
+    values = [getattr(p, name, None) for name in names]
+    dtypes = {shape_and_dtype(value)[1] for value in values
+              if value is not None and not is_weak(value)}
+    return dtypes.pop() if len(dtypes) == 1 else None
 
 
 def _weight_shapes(parameters):

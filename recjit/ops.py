@@ -7,35 +7,45 @@ import threading
 
 import numpy as np
 
+from .params import is_weak
+
 _filling = threading.local()  # the dtype rj.zeros and rj.ones make while a reference runs
 
 
 def tanh(x):
-    return np.tanh(x)
+    return _kept_weak(np.tanh(x), x)
 
 
 def sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    return _kept_weak(1.0 / (1.0 + np.exp(-x)), x)
 
 
 def relu(x):
-    return np.maximum(x, 0)
+    return _kept_weak(np.maximum(x, 0), x)
 
 
 def exp(x):
-    return np.exp(x)
+    return _kept_weak(np.exp(x), x)
 
 
 def log(x):
-    return np.log(x)
+    return _kept_weak(np.log(x), x)
 
 
 def maximum(a, b):
-    return np.maximum(a, b)
+    return _kept_weak(np.maximum(a, b), a, b)
 
 
 def minimum(a, b):
-    return np.minimum(a, b)
+    return _kept_weak(np.minimum(a, b), a, b)
+
+
+def _kept_weak(result, *arguments):
+    """A Python number where every argument is one. NumPy returns a float64 scalar, which
+    would make a float32 model's arrays float64 where the kernel computes in float32: a
+    Python number takes the arrays' dtype (`params.is_weak`), and so does what is computed
+    from numbers alone."""
+    return float(result) if all(is_weak(argument) for argument in arguments) else result
 
 
 def split(x, n):

@@ -1,15 +1,17 @@
-"""Parameters: any object whose attributes are arrays. `Params` is the convenient one."""
+"""Parameters: any object whose attributes are arrays, or Python numbers (weak scalars, as in
+NumPy: they take the dtype of the arrays). `Params` is the convenient one."""
 import numpy as np
 
 from .errors import InputError
 
 
 class Params:
-    """A named bundle of parameter arrays, passed unchanged to every recursive call."""
+    """A named bundle of parameter arrays (and Python numbers, kept as they are), passed
+    unchanged to every recursive call."""
 
     def __init__(self, **arrays):
         for name, value in arrays.items():
-            setattr(self, name, np.asarray(value))
+            setattr(self, name, value if is_weak(value) else np.asarray(value))
 
     def names(self):
         return sorted(vars(self))
@@ -18,11 +20,16 @@ class Params:
         """These parameters copied once into GPU memory, for `backend="cuda"` runs to use
         without a copy per run."""
         from .codegen_cuda.device import to_device
-        return DeviceParams(**{name: to_device(f"parameter {name!r}", value, value.dtype)
-                               for name, value in vars(self).items()})
+        arrays = vars(self)
+        dtypes = {value.dtype for value in arrays.values() if not is_weak(value)}
+        number_dtype = dtypes.pop() if len(dtypes) == 1 else np.float64
+        return DeviceParams(**{
+            name: to_device(f"parameter {name!r}", value,
+                            number_dtype if is_weak(value) else value.dtype)
+            for name, value in arrays.items()})
 
     def __repr__(self):
-        shapes = ", ".join(f"{k}={tuple(getattr(self, k).shape)}" for k in self.names())
+        shapes = ", ".join(f"{k}={shape_and_dtype(getattr(self, k))[0]}" for k in self.names())
         return f"{type(self).__name__}({shapes})"
 
 
@@ -33,6 +40,12 @@ class DeviceParams(Params):
     def __init__(self, **arrays):  # noqa: PLW0231 (Params.__init__ would copy them to the host)
         for name, value in arrays.items():
             setattr(self, name, value)
+
+
+def is_weak(value):
+    """A Python int or float. As in NumPy, it takes the dtype of the arrays it meets, so
+    `Params(W=float32_array, alpha=0.1)` is a float32 model."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def on_device(value):

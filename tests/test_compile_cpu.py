@@ -226,6 +226,16 @@ def test_a_scalar_parameter_equals_reference(forest, seed):
     assert_same_result(scaled_rnn.run(forest, p), scaled_rnn.reference(forest, p))
 
 
+@pytest.mark.parametrize("number", [0.75, -2], ids=["float", "int"])
+def test_a_python_number_parameter_takes_the_arrays_dtype_as_in_numpy(number):
+    p = scaled_rnn_params(4, VOCAB, seed=4)
+    single = rj.Params(E=p.E.astype(np.float32), W=p.W.astype(np.float32), alpha=number)
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), 5])
+    result, expected = scaled_rnn.run(forest, single), scaled_rnn.reference(forest, single)
+    assert result.roots[0].dtype == expected.roots[0].dtype == np.float32
+    assert_same_result(result, expected, rtol=1e-5)
+
+
 @rj.recursive_model(arity=None)
 def accumulating(node, p):
     """`acc += ...` into an array of the cell's own (rj.zeros), over any number of children."""
@@ -247,14 +257,15 @@ def test_updates_in_place_of_an_array_of_the_cells_own_equal_reference(forest, s
 
 @rj.recursive_model(arity=3)
 def ternary(node, p):
-    """Fixed arity 3: children by index, and a loop that unrolls over exactly three."""
+    """Fixed arity 3: children by index (from the end too), a loop that unrolls over exactly
+    three, and their count as a number."""
     if node.is_leaf:
         return p.E[node.word]
-    first, last = ternary(node.children[0], p), ternary(node.children[2], p)
+    first, last = ternary(node.children[0], p), ternary(node.children[-1], p)
     total = rj.zeros(p.b.shape)
     for child in node.children:
         total = total + rj.tanh(p.U @ ternary(child, p))
-    return rj.tanh(p.W @ (first - last) + total / node.num_children + p.b)
+    return rj.tanh(p.W @ (first - last) + total / len(node.children) + p.b * node.num_children)
 
 
 def ternary_forests(draw_words):
@@ -262,7 +273,7 @@ def ternary_forests(draw_words):
 
 
 @given(st.integers(0, VOCAB - 1), seeds)
-def test_a_fixed_arity_3_model_reads_children_by_index_and_loops_over_them(word, seed):
+def test_a_fixed_arity_3_model_indexes_counts_and_loops_over_its_children(word, seed):
     rng = np.random.default_rng(seed)
     p = rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
                   U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))

@@ -67,7 +67,7 @@ def test_a_changed_cell_function_compiles_again():
         return rj.tanh(p.W @ (cell(node.left, p) + cell(node.right, p)))
     first = cell.run(forest, p).roots[0]
 
-    @rj.recursive_model  # noqa: F811: the same name with a new body, as after an edit
+    @rj.recursive_model  # the same name with a new body, as after an edit
     def cell(node, p):
         if node.is_leaf:
             return p.E[node.word]
@@ -75,6 +75,69 @@ def test_a_changed_cell_function_compiles_again():
     second = cell.run(forest, p).roots[0]
     assert not np.allclose(first, second)
     np.testing.assert_allclose(second, cell.reference(forest, p).roots[0], rtol=1e-12)
+
+
+SCALE = 0.5  # a module constant a cell reads: test_a_global_constant_bound_again_...
+
+
+@rj.recursive_model
+def scaled_cell(node, p):
+    if node.is_leaf:
+        return p.E[node.word] * SCALE
+    return rj.tanh(scaled_cell(node.left, p) + scaled_cell(node.right, p)) * SCALE
+
+
+def test_a_global_constant_bound_again_compiles_again():
+    """A kernel is compiled for the constants the cell reads; the plain recursion reads them
+    when it runs, so a run after `SCALE = 2.0` must too."""
+    global SCALE
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2) / 6)
+    try:
+        for SCALE in (0.5, 2.0):
+            assert_same_result(scaled_cell.run(forest, p), scaled_cell.reference(forest, p))
+    finally:
+        SCALE = 0.5
+
+
+def test_a_constant_bound_again_to_an_equal_value_reuses_its_kernel():
+    global SCALE
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2))
+    first = scaled_cell.compile(forest, p)
+    try:
+        SCALE = float("0.5")  # another float object, the same value
+        assert scaled_cell.compile(forest, p) is first
+    finally:
+        SCALE = 0.5
+
+
+def test_a_helper_bound_again_in_an_enclosing_scope_compiles_again():
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2) / 6, W=np.eye(2) * 0.5)
+    activation = rj.tanh
+
+    def combine(left, right):
+        return activation(p_W(left) + right)
+
+    def p_W(x):
+        return x * 3.0
+
+    @rj.recursive_model
+    def cell(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return combine(cell(node.left, p), cell(node.right, p))
+
+    results = []
+    for activation in (rj.tanh, rj.sigmoid):
+        results.append(cell.run(forest, p))
+        assert_same_result(results[-1], cell.reference(forest, p))
+    assert not np.allclose(results[0].roots[0], results[1].roots[0])
+
+    def p_W(x):  # noqa: F811 (the helper of the helper defined again, as after an edit)
+        return x * -1.0
+    assert_same_result(cell.run(forest, p), cell.reference(forest, p))
 
 
 def test_new_dtypes_and_schedules_compile_new_kernels_with_the_output_dtype_of_the_params():

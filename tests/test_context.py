@@ -124,3 +124,13 @@ def test_a_scalar_context_argument_equals_the_reference():
     forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
     assert_same_result(gated_sum.run(forest, params(3), context=(0.5,)),
                        gated_sum.reference(forest, params(3), context=(0.5,)))
+
+
+def test_a_python_number_context_argument_takes_the_parameters_dtype():
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    double = params(4)
+    single = rj.Params(E=double.E.astype(np.float32), W=double.W.astype(np.float32))
+    result = gated_sum.run(forest, single, context=(0.5,))
+    expected = gated_sum.reference(forest, single, context=(0.5,))
+    assert result.roots[0].dtype == expected.roots[0].dtype == np.float32
+    assert_same_result(result, expected, rtol=1e-5)

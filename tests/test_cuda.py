@@ -738,6 +738,19 @@ def test_a_scalar_parameter_equals_reference(schedule):
                            scaled_rnn.reference(forest, p))
 
 
+def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = scaled_rnn_params(HIDDEN, VOCAB, seed=5)
+    single = rj.Params(E=p.E.astype(np.float32), W=p.W.astype(np.float32), alpha=0.25)
+    on_device = single.to_device()
+    assert on_device.alpha.dtype == np.float32
+    expected = scaled_rnn.reference(forest, single)
+    for params in (single, on_device):
+        result = scaled_rnn.run(forest, params, backend="cuda")
+        assert result.roots[0].dtype == np.float32
+        assert_same_result(result, expected, rtol=1e-5)
+
+
 @rj.recursive_model(arity=2)
 def overflowing(node, p):
     """exp overflows to inf, log of 0 and of negatives gives -inf and NaN, sigmoid saturates."""

@@ -68,8 +68,15 @@ def test_a_wrongly_shaped_parameter_names_the_operation_and_line():
 def test_mixed_parameter_dtypes_are_refused():
     p = make_params(4, 10, "float64")
     p.b_f = p.b_f.astype(np.float32)
-    with pytest.raises(rj.InputError, match="mix dtypes"):
+    with pytest.raises(rj.InputError, match=r"mix dtypes \(float32: b_f; float64: E, U_f, "
+                                            r"U_iou, W_iou, b_iou\)"):
         tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_parameters_in_a_dict_are_refused_with_what_to_pass_instead():
+    p = make_params(4, 10, "float64")
+    with pytest.raises(rj.InputError, match=r"pass rj.Params\(\*\*p\)"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), dict(vars(p)))
 
 
 def test_a_float_index_field_is_refused_naming_the_field_and_the_line():
@@ -191,3 +198,16 @@ def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_argu
     with pytest.raises(rj.UnsupportedError, match="calling print is not part of the cell "
                                                   "language"):
         printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_the_count_of_any_number_of_children_as_a_tensor_is_refused_naming_the_line():
+    """With arity=None the count differs from node to node: the cell IR has no value for it."""
+    @rj.recursive_model(arity=None)
+    def child_mean(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return sum(child_mean(c, p) for c in node.children) / len(node.children)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: node.num_children \(not "
+                                                  r"known at compile time with arity=None\)"):
+        child_mean.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))

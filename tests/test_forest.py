@@ -57,6 +57,23 @@ def test_from_edges_keeps_edge_order_and_finds_roots():
     assert forest.kind == "dag"
 
 
+@pytest.mark.parametrize("num_nodes, edges, message", [
+    (-1, [], r"num_nodes must be an int >= 0, not -1"),
+    (2.5, [(0, 1)], r"num_nodes must be an int >= 0, not 2.5"),
+    (3, [(0, 1, 2)], r"\(parent, child\) pairs, an array of shape \(E, 2\), not \(1, 3\)"),
+    (3, [(0, 1.5)], r"integer node indices, not float64"),
+], ids=["negative count", "fractional count", "triples", "fractional index"])
+def test_from_edges_refuses_what_is_not_a_count_and_pairs_of_nodes(num_nodes, edges, message):
+    with pytest.raises(rj.InputError, match=message):
+        rj.Forest.from_edges(num_nodes, edges)
+
+
+def test_roots_of_more_than_one_dimension_are_refused():
+    with pytest.raises(rj.InputError, match=r"roots must be a 1-d array, not one of shape "
+                                            r"\(1, 1\)"):
+        rj.Forest([0, 2, 2, 2], [1, 2], [[0]], {"word": [0, 1, 2]})
+
+
 def test_a_field_of_the_wrong_length_is_refused():
     with pytest.raises(rj.InputError, match="field 'x' has shape"):
         rj.Forest.from_edges(3, [(0, 1)], fields={"x": np.ones(2)})

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
-from ..params import described, shape_and_dtype
+from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
@@ -145,7 +145,7 @@ class CaseBuilder:
             raise InputError(f"{described(self.params, name)} is missing from the parameters "
                              f"(read at {source.filename}:{source.lineno(node)})")
         shape, dtype = shape_and_dtype(array)
-        if dtype not in (np.float32, np.float64):
+        if dtype not in (np.float32, np.float64) and not is_weak(array):
             raise InputError(f"{described(self.params, name)} has dtype {dtype}; parameters "
                              f"must be float32 or float64 arrays")
         return ParamArray(name, shape, dtype)
@@ -475,10 +475,11 @@ class Interpreter:
             if self.builder.variable_arity:
                 raise self.unsupported("node.children[k] needs a fixed arity; with "
                                        "arity=None, sum over node.children", node)
-            if not isinstance(index, int) or not 0 <= index < self.builder.num_children:
-                raise self.unsupported(f"node.children[{index!r}] on a node with "
-                                       f"{self.builder.num_children} children", node)
-            return NodeView(index)
+            count = self.builder.num_children
+            if not isinstance(index, int) or not -count <= index < count:
+                raise self.unsupported(f"node.children[{index!r}] on a node with {count} "
+                                       "children", node)
+            return NodeView(index % count)
         if isinstance(base, ParamArray) and isinstance(index, NodeField):
             if len(base.shape) == 0:
                 raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "
@@ -640,6 +641,10 @@ class Interpreter:
             return self.fill(0.0 if function is ops.zeros else 1.0, arguments, keywords, node)
         if function is builtins.sum:
             return self.sum(arguments, keywords, node)
+        if function is builtins.len and len(arguments) == 1 and isinstance(arguments[0],
+                                                                          ChildrenView):
+            count = self.builder.num_children
+            return VariableCount() if count is None else count  # as node.num_children
         if function in (builtins.range, builtins.len, builtins.tuple, builtins.list):
             if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
                 raise self.unsupported(f"`{function.__name__}` of a tensor", node)
@@ -841,14 +846,18 @@ def build_cell_ir(model, source, params, field_specs, arity):
         cases.append(CellCase(name, num_children, tuple(builder.ops),
                               tuple(t.index for t in tensors)))
         builders.append(builder)
-    described = {op.attrs[0]: shape_and_dtype(getattr(params, op.attrs[0])) for case in cases
-                 for op in case.ops if op.kind == "param" or op.kind == "gather"}
-    parameters = {name: shape for name, (shape, _) in described.items()}
-    dtypes = {dtype for _, dtype in described.values()}
-    if len(dtypes) > 1:
-        raise InputError(f"parameters mix dtypes {sorted(str(d) for d in dtypes)}; "
-                         "use one of float32 or float64 throughout")
-    dtype = str(dtypes.pop()) if dtypes else "float64"
+    read = {op.attrs[0]: getattr(params, op.attrs[0]) for case in cases for op in case.ops
+            if op.kind == "param" or op.kind == "gather"}
+    parameters = {name: shape_and_dtype(value)[0] for name, value in read.items()}
+    by_dtype = {}
+    for name, value in sorted(read.items()):
+        if not is_weak(value):  # a Python number takes the arrays' dtype
+            by_dtype.setdefault(str(shape_and_dtype(value)[1]), []).append(name)
+    if len(by_dtype) > 1:
+        mix = "; ".join(f"{dtype}: {', '.join(names)}" for dtype, names in sorted(by_dtype.items()))
+        raise InputError(f"parameters mix dtypes ({mix}); use one of float32 or float64 "
+                         "throughout (a Python number takes the arrays' dtype)")
+    dtype = next(iter(by_dtype), "float64")
     fields = {op.attrs[0]: field_specs[op.attrs[0]] for case in cases for op in case.ops
               if op.kind == "field"}
     gathers = tuple(sorted((case.name, table, field) for builder, case in zip(builders, cases)

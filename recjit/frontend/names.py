@@ -1,6 +1,11 @@
-"""Resolving the names a cell function uses (`rj.tanh`, helper functions, the model itself)."""
+"""Resolving the names a cell function uses (`rj.tanh`, helper functions, the model itself,
+constants), and remembering those it reads from outside its body: a kernel is compiled for
+their values, so a run must see when one is bound to another."""
 import ast
 import builtins
+import types
+
+import numpy as np
 
 UNRESOLVED = object()
 
@@ -8,28 +13,110 @@ UNRESOLVED = object()
 def resolve(source, expr):
     """The Python object `expr` (a Name or a dotted Attribute chain) denotes in the function's
     scope, or UNRESOLVED."""
-    if isinstance(expr, ast.Name):
-        function = source.function
-        cells = zip(function.__code__.co_freevars, function.__closure__ or (), strict=True)
-        closure = {name: cell.cell_contents for name, cell in cells if _filled(cell)}
-        for scope in (closure, function.__globals__, vars(builtins)):
-            if expr.id in scope:
-                return scope[expr.id]
-        return UNRESOLVED
-    if isinstance(expr, ast.Attribute):
-        base = resolve(source, expr.value)
-        if base is UNRESOLVED:
-            return UNRESOLVED
-        return getattr(base, expr.attr, UNRESOLVED)
-    return UNRESOLVED
+    chain = dotted(expr)
+    return UNRESOLVED if chain is None else OutsideName(source.function, chain).value()
 
 
-def _filled(cell):
-    try:
-        cell.cell_contents  # noqa: B018 (reading an empty cell raises)
-    except ValueError:
-        return False
-    return True
+def dotted(expr):
+    """("config", "scale") for `config.scale`; None for anything but a dotted name."""
+    attributes = []
+    while isinstance(expr, ast.Attribute):
+        attributes.append(expr.attr)
+        expr = expr.value
+    if not isinstance(expr, ast.Name):
+        return None
+    return (expr.id, *reversed(attributes))
+
+
+class OutsideName:
+    """A dotted name a function reads from its closure, its module's globals or the builtins
+    (`rj.tanh`, `SCALE`, `helper`). Every run reads what it denotes (`value`), so the scope
+    it is looked up in is found once."""
+
+    __slots__ = ("_cell", "_globals", "chain", "function")
+
+    def __init__(self, function, chain):
+        self.function = function
+        self.chain = chain
+        code = function.__code__
+        self._cell = (function.__closure__[code.co_freevars.index(chain[0])]
+                      if chain[0] in code.co_freevars else None)
+        self._globals = function.__globals__
+
+    def __eq__(self, other):
+        return (isinstance(other, OutsideName) and other.function is self.function
+                and other.chain == self.chain)
+
+    def __hash__(self):
+        return hash((id(self.function), self.chain))
+
+    def value(self):
+        value = _EMPTY
+        if self._cell is not None:
+            try:
+                value = self._cell.cell_contents
+            except ValueError:  # a closure variable not assigned yet
+                pass
+        if value is _EMPTY:
+            value = self._globals.get(self.chain[0], _EMPTY)
+        if value is _EMPTY:
+            value = getattr(builtins, self.chain[0], UNRESOLVED)
+        for attribute in self.chain[1:]:
+            value = getattr(value, attribute, UNRESOLVED)
+        return value
+
+
+_EMPTY = object()
+
+
+def read_outside(names):
+    """The dotted names a cell reads from outside its body, less each module that is read
+    only for its attributes (`rj` of `rj.tanh`: those are read themselves)."""
+    extended = {(name.function, name.chain[:-1]) for name in names if len(name.chain) > 1}
+    return tuple(name for name in names
+                 if not ((name.function, name.chain) in extended
+                         and isinstance(name.value(), types.ModuleType)))
+
+
+def outside_values(names):
+    """What the `OutsideName`s denote now (in order), as objects to compare by identity."""
+    return tuple(name.value() for name in names)
+
+
+def frozen_values(values):
+    """`values` (from `outside_values`) as a dict key that two bindings of the names share
+    when they compile the same kernel: numbers and strings by type and value (floats by repr,
+    so NaN equals itself and -0.0 is not 0.0), tuples and lists element by element, anything
+    else (functions, modules, models) by identity."""
+    return tuple(_frozen(value) for value in values)
+
+
+def _frozen(value):
+    if isinstance(value, (float, complex)):
+        return (type(value), repr(value))
+    if isinstance(value, (bool, int, str, bytes, type(None))):
+        return (type(value), value)
+    if isinstance(value, np.generic):
+        return (type(value), repr(value.item()))
+    if isinstance(value, (tuple, list)):
+        return (type(value), frozen_values(value))
+    return _Identity(value)
+
+
+class _Identity:
+    """Compares equal to another only for the same object, whatever the object's own `==`
+    (a NumPy array's is elementwise); keeps the object alive, so its id is not reused."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):
+        return isinstance(other, _Identity) and other.value is self.value
+
+    def __hash__(self):
+        return id(self.value)
 
 
 def is_plain_function(obj):

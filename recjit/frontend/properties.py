@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 from .. import ops
 from ..errors import RecursionPropertyError, UnsupportedError
-from .names import UNRESOLVED, is_user_helper, resolve
+from .names import (UNRESOLVED, OutsideName, dotted, is_user_helper, read_outside,
+                    resolve)
 from .source import read_source
 
 STRUCTURE = "structure"
@@ -42,12 +43,15 @@ NOTHING = Abstract()
 
 @dataclass
 class Usage:
-    """What the analysis learnt along the way: parameter and field names the cell reads, and
-    the names of its context arguments (after the parameters), which count as parameters."""
+    """What the analysis learnt along the way: parameter and field names the cell reads, the
+    names of its context arguments (after the parameters), which count as parameters, and the
+    dotted names it and its helpers read from outside their bodies (`OutsideName`s, in the
+    order read: a dict used as an ordered set, a tuple once the analysis is done)."""
 
     parameters: set = field(default_factory=set)
     fields: set = field(default_factory=set)
     context: tuple = ()
+    outside: dict = field(default_factory=dict)
 
 
 class PropertyChecker:
@@ -154,9 +158,18 @@ class PropertyChecker:
         return NOTHING
 
     def expr_Name(self, node, env):
+        self.note_outside(node, env)
         return env.get(node.id, NOTHING)
 
+    def note_outside(self, expr, env):
+        """Remember a dotted name whose root is not bound in the body (a global, a closure
+        variable, a builtin): the kernel is compiled for what it denotes now."""
+        chain = dotted(expr)
+        if chain is not None and chain[0] not in env:
+            self.usage.outside[OutsideName(self.source.function, chain)] = None
+
     def expr_Attribute(self, node, env):
+        self.note_outside(node, env)
         base = self.expr(node.value, env)
         if base.role in ("node", "child"):
             if node.attr in NODE_CHILD_ATTRIBUTES:
@@ -213,6 +226,7 @@ class PropertyChecker:
     expr_ListComp = expr_GeneratorExp
 
     def expr_Call(self, node, env):
+        self.note_outside(node.func, env)
         function = resolve(self.source, node.func)
         arguments = [self.expr(a.value if isinstance(a, ast.Starred) else a, env)
                      for a in node.args]
@@ -277,4 +291,5 @@ def check_properties(model, source):
     for context in usage.context:
         env[context] = Abstract(frozenset({PARAMETER}))
     PropertyChecker(model, source, usage).run_body(source.tree.body, env)
+    usage.outside = read_outside(usage.outside)
     return usage

@@ -23,7 +23,7 @@ class Forest:
         self.child_ptr = _node_indices("child_ptr", child_ptr)
         self.child_idx = _node_indices("child_idx", child_idx)
         self.roots = _node_indices("roots", roots)
-        if self.child_ptr.ndim != 1 or self.child_ptr.size == 0:
+        if self.child_ptr.size == 0:
             raise InputError("child_ptr must be a 1-d array of num_nodes + 1 offsets")
         self.num_nodes = self.child_ptr.size - 1
         self.fields = {name: _field(name, values, self.num_nodes)
@@ -203,7 +203,16 @@ class Forest:
     def from_edges(cls, num_nodes, edges, fields=None, kind="dag"):
         """Edges `(parent, child)`; a node's children keep the order of its edges. Roots are the
         nodes that are nobody's child."""
-        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        if not isinstance(num_nodes, (int, np.integer)) or isinstance(num_nodes, bool) \
+                or num_nodes < 0:
+            raise InputError(f"num_nodes must be an int >= 0, not {num_nodes!r}")
+        edges = np.asarray(edges)
+        if edges.size and edges.dtype.kind not in "iu":
+            raise InputError(f"edges must hold integer node indices, not {edges.dtype}")
+        if edges.size and (edges.ndim != 2 or edges.shape[1] != 2):
+            raise InputError(f"edges must be (parent, child) pairs, an array of shape (E, 2), "
+                             f"not {edges.shape}")
+        edges = edges.astype(np.int64).reshape(-1, 2)
         if edges.size and (edges.min() < 0 or edges.max() >= num_nodes):
             bad = edges[(edges < 0).any(axis=1) | (edges >= num_nodes).any(axis=1)][0]
             raise InputError(f"edge {tuple(int(v) for v in bad)} names a node outside "
@@ -232,11 +241,13 @@ _PTB_TOKEN = re.compile(r"\(|\)|[^()]+")
 
 
 def _node_indices(name, values):
-    """A structure array as int64; a non-integer one is refused rather than truncated."""
+    """A structure array as 1-d int64; a non-integer one is refused rather than truncated."""
     values = np.asarray(values)
     if values.size and values.dtype.kind not in "iu":
         raise InputError(f"{name} must hold integers (node indices and offsets), not "
                          f"{values.dtype}")
+    if values.ndim != 1:
+        raise InputError(f"{name} must be a 1-d array, not one of shape {values.shape}")
     return np.ascontiguousarray(values, dtype=np.int64)
 
 

@@ -236,6 +236,24 @@ def test_a_python_number_parameter_takes_the_arrays_dtype_as_in_numpy(number):
     assert_same_result(result, expected, rtol=1e-5)
 
 
+@rj.recursive_model(arity=2)
+def weighted_children(node, p):
+    """Loops over a list of the children's states: as many trips as the list has values, which
+    the structure decides, so not a loop over a tensor (P.1)."""
+    if node.is_leaf:
+        return p.E[node.word]
+    states = [weighted_children(child, p) for child in (node.left, node.right)]
+    weighted = sum(state * weight for state, weight in [(states[0], 0.25), (states[1], 0.75)])
+    return rj.tanh(weighted + sum(p.W @ state for state in states))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_loops_over_a_list_of_the_childrens_states_equal_reference(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2)
+    assert_same_result(weighted_children.run(forest, p), weighted_children.reference(forest, p))
+
+
 @rj.recursive_model(arity=None)
 def accumulating(node, p):
     """`acc += ...` into an array of the cell's own (rj.zeros), over any number of children."""

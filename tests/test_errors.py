@@ -211,3 +211,17 @@ def test_the_count_of_any_number_of_children_as_a_tensor_is_refused_naming_the_l
     with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: node.num_children \(not "
                                                   r"known at compile time with arity=None\)"):
         child_mean.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compared():
+    @rj.recursive_model(arity=None)
+    def by_count(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        total = sum(by_count(c, p) for c in node.children)
+        return rj.tanh(total) if node.num_children == 1 else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: with arity=None the "
+                                                  r"number of children differs .* compares it "
+                                                  r"with 0 only"):
+        by_count.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))

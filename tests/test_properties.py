@@ -60,8 +60,19 @@ def branches_on_a_tensor_and_loops_unsupportedly(node, p):
     return h
 
 
+@rj.recursive_model(arity=2)
+def loops_over_a_tensor(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    total = p.b
+    for value in loops_over_a_tensor(node.left, p):  # <- error
+        total = total + value
+    return total
+
+
 @pytest.mark.parametrize("model, prop", [
     (branches_on_a_tensor_element, "P.1"),
+    (loops_over_a_tensor, "P.1"),
     (branches_on_a_call_result, "P.1"),
     (passes_a_computed_argument, "P.2"),
     (chains_dependent_calls, "P.3"),

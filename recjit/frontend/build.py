@@ -573,6 +573,11 @@ class Interpreter:
             if isinstance(left, VariableCount) and right == 0 or (
                     isinstance(right, VariableCount) and left == 0):
                 left, right = (1, right) if isinstance(left, VariableCount) else (left, 1)
+            if isinstance(left, VariableCount) or isinstance(right, VariableCount):
+                raise self.unsupported("with arity=None the number of children differs from "
+                                       "node to node, and a cell compares it with 0 only (a "
+                                       "leaf or not); cases by the number of children need "
+                                       "a fixed arity", node)
             if not (_is_number(left) and _is_number(right)) or type(operator) not in COMPARISONS:
                 raise self.unsupported("only the node's structure (numbers known at compile "
                                        "time) can be compared", node)

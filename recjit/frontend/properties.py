@@ -5,6 +5,7 @@ depends on: the node's structure, the parameters, tensors computed in the node, 
 of recursive calls. Control flow on anything but structure breaks P.1; a recursive call whose
 argument is computed in the node breaks P.2, or P.3 when it comes from another call's result."""
 import ast
+import functools
 from dataclasses import dataclass, field
 
 from .. import ops
@@ -28,7 +29,7 @@ class Abstract:
     """What a value depends on, and whether it is the node, a child, or the children list."""
 
     deps: frozenset = frozenset()
-    role: str = ""  # "node", "child", "children", "params" or ""
+    role: str = ""  # "node", "child", "children", "params", "sequence" or ""
 
     def join(self, other):
         return Abstract(self.deps | other.deps, self.role if self.role == other.role else "")
@@ -202,11 +203,11 @@ class PropertyChecker:
         """What one element of a loop's iterable depends on. A literal tuple or list has a
         fixed length; anything else must be structure (node.children, a range)."""
         if isinstance(iterable, (ast.Tuple, ast.List)):
-            element = NOTHING
-            for item in iterable.elts:
-                element = element.join(self.expr(item, env))
-            return element
+            elements = [self.expr(item, env) for item in iterable.elts]
+            return functools.reduce(Abstract.join, elements) if elements else NOTHING
         value = self.expr(iterable, env)
+        if value.role == "sequence":
+            return Abstract(value.deps)
         if value.data:
             raise self.error("P.1", "a loop runs over a tensor, so its trip count is not a "
                              "property of the node's structure", iterable)
@@ -223,7 +224,16 @@ class PropertyChecker:
     def expr_GeneratorExp(self, node, env):
         return self.expr(node.elt, self.comprehension(node, env))
 
-    expr_ListComp = expr_GeneratorExp
+    def expr_ListComp(self, node, env):
+        """A list of as many values as its loops run, which structure decides: a loop over
+        it runs a fixed number of times, whatever its values hold."""
+        return Abstract(self.expr_GeneratorExp(node, env).deps, "sequence")
+
+    def expr_Tuple(self, node, env):
+        elements = [self.expr(element, env) for element in node.elts]
+        return Abstract(functools.reduce(Abstract.join, elements, NOTHING).deps, "sequence")
+
+    expr_List = expr_Tuple
 
     def expr_Call(self, node, env):
         self.note_outside(node.func, env)

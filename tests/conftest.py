@@ -102,6 +102,24 @@ def scaled_rnn(node, p):
     return rj.tanh(p.W @ (scaled_rnn(node.left, p) + scaled_rnn(node.right, p)) + p.alpha)
 
 
+@rj.recursive_model(arity=None)
+def child_mean(node, p):
+    """The mean of any number of children's states: `node.num_children` and
+    `len(node.children)` as numbers per node (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return p.E[node.word]
+    total = rj.zeros(p.b.shape)
+    for child in node.children:
+        total = total + child_mean(child, p)
+    return rj.tanh(p.W @ (total / node.num_children) + p.b * len(node.children))
+
+
+def child_mean_params(hidden, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
+                     W=rng.normal(size=(hidden, hidden)) / 2, b=rng.normal(size=hidden) / 4)
+
+
 def scaled_rnn_params(hidden, vocab_size, seed):
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(vocab_size, hidden)),

@@ -11,8 +11,9 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (assert_same_result, binary_forests, caterpillar, nary_forests,
-                      scaled_rnn, scaled_rnn_params, scales, seeds)
+from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
+                      child_mean_params, nary_forests, scaled_rnn, scaled_rnn_params, scales,
+                      seeds)
 
 VOCAB = 50
 
@@ -234,6 +235,12 @@ def test_a_python_number_parameter_takes_the_arrays_dtype_as_in_numpy(number):
     result, expected = scaled_rnn.run(forest, single), scaled_rnn.reference(forest, single)
     assert result.roots[0].dtype == expected.roots[0].dtype == np.float32
     assert_same_result(result, expected, rtol=1e-5)
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
+    p = child_mean_params(4, VOCAB, seed)
+    assert_same_result(child_mean.run(forest, p), child_mean.reference(forest, p))
 
 
 @rj.recursive_model(arity=2)

@@ -24,8 +24,9 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import assert_same_result, binary_forests, caterpillar, nary_forests, random_dags, \
-    scaled_rnn, scaled_rnn_params, seeds, word_sequences
+from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
+    child_mean_params, nary_forests, random_dags, scaled_rnn, scaled_rnn_params, seeds, \
+    word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -736,6 +737,14 @@ def test_a_scalar_parameter_equals_reference(schedule):
     for params in (p, p.to_device()):
         assert_same_result(scaled_rnn.run(forest, params, backend="cuda", schedule=schedule),
                            scaled_rnn.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_the_mean_of_any_number_of_children_equals_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 6, (7, (1, 2, 3, 4, 5), 6)])
+    p = child_mean_params(HIDDEN, VOCAB, seed=6)
+    assert_same_result(child_mean.run(forest, p, backend="cuda", schedule=schedule),
+                       child_mean.reference(forest, p))
 
 
 def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():

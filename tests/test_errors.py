@@ -200,19 +200,6 @@ def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_argu
         printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
-def test_the_count_of_any_number_of_children_as_a_tensor_is_refused_naming_the_line():
-    """With arity=None the count differs from node to node: the cell IR has no value for it."""
-    @rj.recursive_model(arity=None)
-    def child_mean(node, p):
-        if node.is_leaf:
-            return p.E[node.word]
-        return sum(child_mean(c, p) for c in node.children) / len(node.children)
-
-    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: node.num_children \(not "
-                                                  r"known at compile time with arity=None\)"):
-        child_mean.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
-
-
 def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compared():
     @rj.recursive_model(arity=None)
     def by_count(node, p):

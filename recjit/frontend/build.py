@@ -41,8 +41,8 @@ class NodeView:
 
 
 class VariableCount:
-    """`node.num_children` of an internal node when the arity is variable: only its
-    comparisons with 0 are known."""
+    """`node.num_children` of an internal node when the arity is variable: of its comparisons
+    only those with 0 are known; as a tensor, it is a number per node (op `num_children`)."""
 
 
 class ChildLocal:
@@ -157,6 +157,8 @@ class CaseBuilder:
             return self.emit("param", (), (value.name,), value.shape, source.lineno(node))
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
             return self.emit("const", (), (float(value),), (), source.lineno(node))
+        if isinstance(value, VariableCount):  # a number per node: its count of children
+            return self.emit("num_children", (), (), (), source.lineno(node))
         if isinstance(value, np.ndarray):
             raise UnsupportedError(f"an array of shape {value.shape} from outside the cell "
                                    "cannot be used as a tensor: pass it as a parameter (p.name)",

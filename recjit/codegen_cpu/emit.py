@@ -62,7 +62,7 @@ def sigmoid(x):
 
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
          "log": "np.log({})", "relu": "max({}, real(0.0))", "neg": "-{}",
-         "maximum": "max({}, {})", "minimum": "min({}, {})", "real": "real({})"}
+         "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
 
 
 ROW_TILE = 16

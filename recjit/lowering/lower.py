@@ -96,10 +96,10 @@ class ElementEmitter:
             return Load(param_name(op.attrs[0]), _unflatten(index, op.shape) or (index,))
         if kind in ("const", "fill"):
             return Const(op.attrs[0])
-        if kind == "num_children":
+        if kind == "num_children":  # end - begin of the node's edges, in the kernel's dtype
             node = Var("node")
-            return Call("real", (BinOp("-", Load("child_ptr", (add(node, 1),)),
-                                       Load("child_ptr", (node,))),))
+            return Call("num_children", (Load("child_ptr", (add(node, 1),)),
+                                          Load("child_ptr", (node,))))
         if kind == "child_state":
             child, component = op.attrs
             node = Var("child") if child == EACH else lowering.child(child)

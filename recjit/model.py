@@ -169,10 +169,7 @@ class RecursiveModel:
         for name in parameter_names:
             value = getattr(p, name, None)
             if value is None:
-                raise InputError(f"{described(p, name)} is missing from the parameters"
-                                 + (" (a cell reads them as attributes, p.name, and a dict's "
-                                    "items are not: pass rj.Params(**p))"
-                                    if isinstance(p, dict) else ""))
+                raise _missing(p, name)
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
@@ -344,6 +341,9 @@ class RecursiveModel:
             return self._empty_result(self.compile(forest, p, context=context).cell)
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
+        for name in analysis.parameters:
+            if getattr(bound, name, None) is None:
+                raise _missing(bound, name)
         p = _on_host(p, analysis.parameters)  # the recursion is NumPy's
         context = tuple(to_host(value) for value in context)
         with filling(_parameters_dtype(bound, analysis.parameters)):
@@ -428,6 +428,12 @@ def backend_barriers(backend, schedule, parameters):
     from .codegen_cuda import grid_barriers
     weight_shapes = _weight_shapes(parameters)
     return lambda kernel: grid_barriers(kernel, schedule, weight_shapes)
+
+
+def _missing(p, name):
+    return InputError(f"{described(p, name)} is missing from the parameters"
+                      + (" (a cell reads them as attributes, p.name, and a dict's items are "
+                         "not: pass rj.Params(**p))" if isinstance(p, dict) else ""))
 
 
 def _parameters_dtype(p, names):

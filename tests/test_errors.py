@@ -43,11 +43,12 @@ def test_a_shared_node_in_a_tree_model_is_refused():
                                        b=np.zeros(3)))
 
 
-def test_a_missing_parameter_is_named():
+@pytest.mark.parametrize("method", ["run", "reference"])
+def test_a_missing_parameter_is_named(method):
     p = make_params(4, 10, "float64")
     del p.U_f
     with pytest.raises(rj.InputError, match="parameter 'U_f' is missing"):
-        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+        getattr(tree_lstm, method)(rj.Forest.from_nested([(1, 2)]), p)
 
 
 def test_a_missing_field_is_named():

@@ -9,8 +9,7 @@ import numpy as np
 
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
-from .frontend import (build_cell_ir, check_properties, frozen_values, outside_values,
-                       read_source)
+from .frontend import build_cell_ir, check_properties, frozen_values, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
@@ -148,13 +147,13 @@ class RecursiveModel:
         analysed = self._analysed
         if analysed is not None:
             analysis, values = analysed
-            if all(map(operator.is_, outside_values(analysis.usage.outside), values)):
+            if all(map(operator.is_, analysis.usage.outside.values(), values)):
                 return analysis
         source = read_source(self.function)
         usage = check_properties(self, source)
-        values = outside_values(usage.outside)
+        values = usage.outside.values()
         analysis = self._analyses.setdefault(
-            (usage.outside, frozen_values(values)),
+            (usage.outside.names, frozen_values(values)),
             Analysis(source, usage, tuple(sorted(usage.parameters)), tuple(sorted(usage.fields))))
         self._analysed = (analysis, values)
         return analysis

@@ -3,6 +3,8 @@ constants), and remembering those it reads from outside its body: a kernel is co
 their values, so a run must see when one is bound to another."""
 import ast
 import builtins
+import operator
+import sys
 import types
 
 import numpy as np
@@ -70,21 +72,53 @@ _EMPTY = object()
 
 
 def read_outside(names):
-    """The dotted names a cell reads from outside its body, less each module that is read
-    only for its attributes (`rj` of `rj.tanh`: those are read themselves)."""
+    """The dotted names a cell reads from outside its body (an `OutsideNames`), less each
+    module that is read only for its attributes (`rj` of `rj.tanh`: those are read
+    themselves)."""
     extended = {(name.function, name.chain[:-1]) for name in names if len(name.chain) > 1}
-    return tuple(name for name in names
-                 if not ((name.function, name.chain) in extended
-                         and isinstance(name.value(), types.ModuleType)))
+    return OutsideNames(tuple(name for name in names
+                              if not ((name.function, name.chain) in extended
+                                      and isinstance(name.value(), types.ModuleType))))
 
 
-def outside_values(names):
-    """What the `OutsideName`s denote now (in order), as objects to compare by identity."""
-    return tuple(name.value() for name in names)
+class OutsideNames:
+    """`OutsideName`s, and what they denote now (`values`), which every run reads: the names
+    rooted at a module's globals in one `attrgetter` call a module (`rj.tanh`, `SCALE` and
+    `helper` at once, ~0.3 us for TreeLSTM's four), the others (closure variables, builtins)
+    one by one."""
+
+    def __init__(self, names):
+        by_module, others = {}, []
+        for name in names:
+            module = sys.modules.get(getattr(name.function, "__module__", None) or "")
+            if name._cell is None and module is not None and vars(module) is name._globals \
+                    and name.chain[0] in name._globals:
+                by_module.setdefault(module, []).append(name)
+            else:
+                others.append(name)
+        self.names = tuple(name for group in by_module.values() for name in group) + tuple(
+            others)
+        self._getters = tuple((module, operator.attrgetter(*(".".join(name.chain)
+                                                              for name in group)), len(group))
+                              for module, group in by_module.items())
+        self._others = tuple(others)
+
+    def values(self):
+        """What the names denote now, in the order of `names`, as objects to compare by
+        identity."""
+        values = []
+        try:
+            for module, getter, count in self._getters:
+                got = getter(module)
+                values.extend(got if count > 1 else (got,))
+        except AttributeError:  # a global deleted, or an attribute: read each as Python does
+            return tuple(name.value() for name in self.names)
+        values.extend(name.value() for name in self._others)
+        return tuple(values)
 
 
 def frozen_values(values):
-    """`values` (from `outside_values`) as a dict key that two bindings of the names share
+    """`values` (from `OutsideNames.values`) as a dict key that two bindings of the names share
     when they compile the same kernel: numbers and strings by type and value (floats by repr,
     so NaN equals itself and -0.0 is not 0.0), tuples and lists element by element, anything
     else (functions, modules, models) by identity."""

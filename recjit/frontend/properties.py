@@ -46,8 +46,9 @@ NOTHING = Abstract()
 class Usage:
     """What the analysis learnt along the way: parameter and field names the cell reads, the
     names of its context arguments (after the parameters), which count as parameters, and the
-    dotted names it and its helpers read from outside their bodies (`OutsideName`s, in the
-    order read: a dict used as an ordered set, a tuple once the analysis is done)."""
+    dotted names it and its helpers read from outside their bodies (`OutsideName`s in the
+    order read, a dict used as an ordered set; `names.OutsideNames` once the analysis is
+    done)."""
 
     parameters: set = field(default_factory=set)
     fields: set = field(default_factory=set)

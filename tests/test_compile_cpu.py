@@ -243,6 +243,30 @@ def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
     assert_same_result(child_mean.run(forest, p), child_mean.reference(forest, p))
 
 
+def gate(x, W, b=None, scale=1.0, *, act=rj.sigmoid):
+    """A helper with optional arguments, as people write them."""
+    y = W @ x
+    if b is not None:
+        y = y + b
+    return act(y * scale)
+
+
+@rj.recursive_model(arity=2)
+def gated_by_helper(node, p):
+    if node.is_leaf:
+        return gate(p.E[node.word], p.W, act=rj.tanh)
+    left, right = gated_by_helper(node=node.left, p=p), gated_by_helper(node.right, p=p)
+    return gate(left + right, p.W, p.b, scale=0.5) * gate(left - right, W=p.W, b=p.b)
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_helpers_with_optional_arguments_and_calls_by_keyword_equal_reference(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2,
+                  b=rng.normal(size=4))
+    assert_same_result(gated_by_helper.run(forest, p), gated_by_helper.reference(forest, p))
+
+
 @rj.recursive_model(arity=2)
 def weighted_children(node, p):
     """Loops over a list of the children's states: as many trips as the list has values, which

@@ -213,3 +213,16 @@ def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compa
                                                   r"number of children differs .* compares it "
                                                   r"with 0 only"):
         by_count.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_naming_it():
+    @rj.recursive_model(arity=2)
+    def misnamed(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return misnamed(node.left, params=p) + misnamed(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: a recursive call names "
+                                                  r"'params', which is not one of the cell's "
+                                                  r"parameters after the first 1 \(node, p\)"):
+        misnamed.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))

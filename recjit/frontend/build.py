@@ -16,6 +16,7 @@ from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
+from .syntax import cell_arguments, is_none_test
 
 MAX_INLINE_DEPTH = 20
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -568,6 +569,13 @@ class Interpreter:
                                node)
 
     def expr_Compare(self, node, env):
+        if is_none_test(node):  # `b is None` of a helper's argument: known when it is called
+            left = self.expr(node.left, env)
+            right = self.expr(node.comparators[0], env)
+            if len(node.ops) > 1:
+                raise self.unsupported("a chain of `is` comparisons is not part of the cell "
+                                       "language", node)
+            return (left is right) == isinstance(node.ops[0], ast.Is)
         left = self.expr(node.left, env)
         result = True
         for operator, comparator in zip(node.ops, node.comparators):
@@ -632,7 +640,8 @@ class Interpreter:
         arguments = [self.expr(a, env) for a in node.args]
         keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
         if recursive:
-            return self.recursive_call(arguments, node)
+            return self.recursive_call(cell_arguments(self.builder.model, arguments, keywords,
+                                                      node, self.source), node)
         line = self.source.lineno(node)
         if function in ops.UNARY and len(arguments) == 1 and not keywords:
             tensor = self.builder.tensor(arguments[0], self.source, node)
@@ -730,13 +739,16 @@ class Interpreter:
             raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
         source = read_source(function)
         signature = source.tree.args
-        names = [a.arg for a in signature.args]
-        if len(arguments) > len(names) or signature.vararg or signature.kwarg:
+        positional = [a.arg for a in signature.args]
+        names = positional + [a.arg for a in signature.kwonlyargs]
+        if len(arguments) > len(positional) or signature.vararg or signature.kwarg:
             raise self.unsupported(f"helper {function.__name__} is called with more arguments "
                                    "than it takes", node)
-        env = dict(zip(names, arguments))
+        env = dict(zip(positional, arguments))
         defaults = function.__defaults__ or ()
-        for name, default in zip(names[len(names) - len(defaults):], defaults):
+        for name, default in zip(positional[len(positional) - len(defaults):], defaults):
+            env.setdefault(name, default)
+        for name, default in (function.__kwdefaults__ or {}).items():
             env.setdefault(name, default)
         for name, value in keywords.items():
             if name not in names:

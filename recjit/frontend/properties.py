@@ -13,6 +13,7 @@ from ..errors import RecursionPropertyError, UnsupportedError
 from .names import (UNRESOLVED, OutsideName, dotted, is_user_helper, read_outside,
                     resolve)
 from .source import read_source
+from .syntax import cell_arguments, is_none_test
 
 STRUCTURE = "structure"
 PARAMETER = "parameter"
@@ -148,8 +149,11 @@ class PropertyChecker:
     # expressions -----------------------------------------------------------------------
     def expr(self, node, env):
         method = getattr(self, "expr_" + type(node).__name__, None)
-        if method is not None:
-            return method(node, env)
+        return method(node, env) if method is not None else self.generic(node, env)
+
+    def generic(self, node, env):
+        """What an expression depends on: what its parts do, computed in the node if any
+        part is data."""
         value = NOTHING
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.expr):
@@ -195,6 +199,15 @@ class PropertyChecker:
         if base.data:
             return Abstract(value.deps | {COMPUTED})
         return Abstract(value.deps)
+
+    def expr_Compare(self, node, env):
+        """`b is None` (an argument a helper was given or not) is decided by the call, not by a
+        tensor's value."""
+        if is_none_test(node):
+            for operand in [node.left, *node.comparators]:
+                self.expr(operand, env)
+            return Abstract(frozenset({STRUCTURE}))
+        return self.generic(node, env)
 
     def expr_IfExp(self, node, env):
         self.condition(node.test, env)
@@ -244,7 +257,9 @@ class PropertyChecker:
         keywords = [self.expr(k.value, env) for k in node.keywords]
         if self.model is not None and function is not UNRESOLVED and (
                 function is self.model or function is getattr(self.model, "function", None)):
-            return self.recursive_call(node, arguments)
+            named = {k.arg: value for k, value in zip(node.keywords, keywords)}
+            return self.recursive_call(node, cell_arguments(self.model, arguments, named, node,
+                                                            self.source))
         if is_user_helper(function):
             return self.inline(function, node, arguments, keywords)
         if isinstance(node.func, ast.Attribute):
@@ -278,8 +293,10 @@ class PropertyChecker:
                                    **self.source.where(node))
         helper_source = read_source(function)
         helper = PropertyChecker(self.model, helper_source, self.usage, self.depth + 1)
-        parameters = [a.arg for a in helper_source.tree.args.args]
-        env = dict(zip(parameters, arguments))
+        signature = helper_source.tree.args
+        parameters = [a.arg for a in signature.args + signature.kwonlyargs]
+        env = dict.fromkeys(parameters, NOTHING)  # a default is a constant of the helper's
+        env.update(zip(parameters, arguments))
         for keyword, value in zip(node.keywords, keywords):
             if keyword.arg is not None:
                 env[keyword.arg] = value

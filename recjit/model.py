@@ -9,7 +9,8 @@ import numpy as np
 
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
-from .frontend import build_cell_ir, check_properties, frozen_values, read_source
+from .frontend import (build_cell_ir, changeable_in_place, check_properties, frozen_values,
+                       read_source)
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
@@ -121,7 +122,9 @@ class RecursiveModel:
         self.arity = arity
         self.kind = kind
         self.schedule = schedule
-        self._analysed = None  # (the current `Analysis`, the outside values it was made for)
+        # (the current `Analysis`, the outside values it was made for, those of them that
+        # can change in place: `changeable_in_place`)
+        self._analysed = None
         self._analyses = {}  # each binding of the outside names (frozen) → its `Analysis`
         self._compiled = {}
         self._latest = {}
@@ -146,8 +149,10 @@ class RecursiveModel:
         same kernel share one `Analysis`, and so their compiled kernels."""
         analysed = self._analysed
         if analysed is not None:
-            analysis, values = analysed
-            if all(map(operator.is_, analysis.usage.outside.values(), values)):
+            analysis, values, lists = analysed
+            now = analysis.usage.outside.values()
+            if all(map(operator.is_, now, values)) and (not lists or all(
+                    frozen_values((now[index],)) == (then,) for index, then in lists)):
                 return analysis
         source = read_source(self.function)
         usage = check_properties(self, source)
@@ -155,7 +160,7 @@ class RecursiveModel:
         analysis = self._analyses.setdefault(
             (usage.outside.names, frozen_values(values)),
             Analysis(source, usage, tuple(sorted(usage.parameters)), tuple(sorted(usage.fields))))
-        self._analysed = (analysis, values)
+        self._analysed = (analysis, values, changeable_in_place(values))
         return analysis
 
     @staticmethod

@@ -112,6 +112,32 @@ def test_a_constant_bound_again_to_an_equal_value_reuses_its_kernel():
         SCALE = 0.5
 
 
+WEIGHTS = [0.5, 0.25]  # a module list a cell loops over: changed in place below
+
+
+@rj.recursive_model
+def weighted_cell(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    children = (weighted_cell(node.left, p), weighted_cell(node.right, p))
+    return rj.tanh(sum(child * weight for child, weight in zip_pairs(children, WEIGHTS)))
+
+
+def zip_pairs(first, second):
+    return [(first[k], second[k]) for k in range(len(first))]
+
+
+def test_a_module_list_changed_in_place_compiles_again():
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = rj.Params(E=np.arange(6.0).reshape(3, 2) / 6)
+    try:
+        for weight in (0.25, -3.0):
+            WEIGHTS[1] = weight
+            assert_same_result(weighted_cell.run(forest, p), weighted_cell.reference(forest, p))
+    finally:
+        WEIGHTS[1] = 0.25
+
+
 def test_a_helper_bound_again_in_an_enclosing_scope_compiles_again():
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = rj.Params(E=np.arange(6.0).reshape(3, 2) / 6, W=np.eye(2) * 0.5)

@@ -125,6 +125,19 @@ def frozen_values(values):
     return tuple(_frozen(value) for value in values)
 
 
+def changeable_in_place(values):
+    """(index, frozen value) of each of `values` that can change without being bound again: a
+    list (a cell may loop over a module's list), or a tuple that holds one. A run compares
+    these by value; the others by identity."""
+    return tuple((index, _frozen(value)) for index, value in enumerate(values)
+                 if _holds_list(value))
+
+
+def _holds_list(value):
+    return isinstance(value, list) or (isinstance(value, tuple)
+                                       and any(_holds_list(element) for element in value))
+
+
 def _frozen(value):
     if isinstance(value, (float, complex)):
         return (type(value), repr(value))

@@ -5,6 +5,7 @@ depends on: the node's structure, the parameters, tensors computed in the node, 
 of recursive calls. Control flow on anything but structure breaks P.1; a recursive call whose
 argument is computed in the node breaks P.2, or P.3 when it comes from another call's result."""
 import ast
+import builtins
 import functools
 from dataclasses import dataclass, field
 
@@ -262,6 +263,8 @@ class PropertyChecker:
                                                             self.source))
         if is_user_helper(function):
             return self.inline(function, node, arguments, keywords)
+        if function is builtins.len and arguments and arguments[0].role == "sequence":
+            return Abstract(frozenset({STRUCTURE}))  # how many values, not what they hold
         if isinstance(node.func, ast.Attribute):
             self.expr(node.func.value, env)
         value = NOTHING

@@ -84,8 +84,7 @@ def read_outside(names):
 class OutsideNames:
     """`OutsideName`s, and what they denote now (`values`), which every run reads: the names
     rooted at a module's globals in one `attrgetter` call a module (`rj.tanh`, `SCALE` and
-    `helper` at once, ~0.3 us for TreeLSTM's four), the others (closure variables, builtins)
-    one by one."""
+    `helper` at once), the others (closure variables, builtins) one by one."""
 
     def __init__(self, names):
         by_module, others = {}, []

@@ -384,6 +384,7 @@ class RecursiveModel:
             f"barriers per batch: {barriers_per_batch(compiled.kernel)}",
             _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
+            _outside_line(analysis),
         ])
         print(text, file=file)
         return text
@@ -400,6 +401,19 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def _outside_line(analysis):
+    """What `explain` says of the names the cell reads from outside its body: every run checks
+    them, and compiles again where one changed. Numbers and lists are shown with their
+    values."""
+    outside = analysis.usage.outside
+    shown = []
+    for name, value in zip(outside.names, outside.values()):
+        constant = isinstance(value, (int, float, str, tuple, list))
+        shown.append(".".join(name.chain) + (f" = {value!r}" if constant else ""))
+    return ("names read from outside the cell (a run compiles again where one changed): "
+            + (", ".join(shown) if shown else "none"))
 
 
 def _traffic_line(compiled, p, batch_sizes):

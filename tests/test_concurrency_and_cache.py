@@ -1,5 +1,6 @@
 """`run` from several threads at once, the compile cache's keys, and kernels loaded from the
 disk cache."""
+import io
 import os
 import queue
 import subprocess
@@ -98,6 +99,13 @@ def test_a_global_constant_bound_again_compiles_again():
             assert_same_result(scaled_cell.run(forest, p), scaled_cell.reference(forest, p))
     finally:
         SCALE = 0.5
+
+
+def test_explain_lists_the_names_read_from_outside_the_cell_with_the_constants_values():
+    text = scaled_cell.explain(rj.Forest.from_nested([(0, 1)]),
+                               rj.Params(E=np.ones((2, 2))), file=io.StringIO())
+    assert ("names read from outside the cell (a run compiles again where one changed): "
+            "SCALE = 0.5, rj.tanh, scaled_cell") in text
 
 
 def test_a_constant_bound_again_to_an_equal_value_reuses_its_kernel():

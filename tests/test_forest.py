@@ -68,6 +68,20 @@ def test_from_edges_refuses_what_is_not_a_count_and_pairs_of_nodes(num_nodes, ed
         rj.Forest.from_edges(num_nodes, edges)
 
 
+@pytest.mark.parametrize("make, message", [
+    (lambda: rj.Forest.random_binary(-1), "num_trees must be an int >= 0, not -1"),
+    (lambda: rj.Forest.random_binary(2.5), "num_trees must be an int >= 0, not 2.5"),
+    (lambda: rj.Forest.random_binary(2, vocab_size=0), "vocab_size must be an int >= 1, not 0"),
+    (lambda: rj.Forest.perfect(2, num_trees=-1), "num_trees must be an int >= 0, not -1"),
+    (lambda: rj.Forest.perfect(2.5), "height must be an int >= 0, not 2.5"),
+    (lambda: rj.Forest.from_sequences([2.5]), "sequence lengths must be integers, not float64"),
+], ids=["negative trees", "fractional trees", "empty vocabulary", "negative perfect trees",
+        "fractional height", "fractional length"])
+def test_the_generated_forests_refuse_counts_that_are_not_counts(make, message):
+    with pytest.raises(rj.InputError, match=message):
+        make()
+
+
 def test_roots_of_more_than_one_dimension_are_refused():
     with pytest.raises(rj.InputError, match=r"roots must be a 1-d array, not one of shape "
                                             r"\(1, 1\)"):

@@ -74,6 +74,8 @@ class Forest:
     def random_binary(cls, num_trees, seed=0, mean_leaves=19, vocab_size=1000):
         """Random full binary trees (random splits give SST-like heights), leaf words uniform
         in 0..vocab_size-1: a stand-in where the SST files are absent."""
+        _require_count("num_trees", num_trees)
+        _require_count("vocab_size", vocab_size, least=1)
         rng = np.random.default_rng(seed)
         trees = []
         for _ in range(num_trees):
@@ -86,8 +88,9 @@ class Forest:
     def perfect(cls, height, num_trees=1, seed=0, vocab_size=1000):
         """Perfect binary trees of `height` (0: a single leaf), as TreeFC runs on; leaf words
         uniform in 0..vocab_size-1. Nodes are numbered level by level, root first."""
-        if not isinstance(height, (int, np.integer)) or height < 0:
-            raise InputError(f"height must be an int >= 0, not {height!r}")
+        _require_count("height", height)
+        _require_count("num_trees", num_trees)
+        _require_count("vocab_size", vocab_size, least=1)
         per_tree = 2 ** (height + 1) - 1
         internal = 2 ** height - 1
         offsets = np.arange(num_trees, dtype=np.int64)[:, None] * per_tree
@@ -126,7 +129,10 @@ class Forest:
     def from_sequences(cls, lengths, fields=None):
         """Chains: step t of a sequence has one child, step t-1; the last step is the root.
         Sequence s occupies nodes `sum(lengths[:s]) ..` in step order, and so do `fields`."""
-        lengths = np.asarray(lengths, dtype=np.int64).reshape(-1)
+        lengths = np.asarray(lengths).reshape(-1)
+        if lengths.size and lengths.dtype.kind not in "iu":
+            raise InputError(f"sequence lengths must be integers, not {lengths.dtype}")
+        lengths = lengths.astype(np.int64)
         if (lengths < 1).any():
             raise InputError(f"sequence {int(np.flatnonzero(lengths < 1)[0])} has length "
                              f"{int(lengths[lengths < 1][0])}; every sequence needs a step")
@@ -203,9 +209,7 @@ class Forest:
     def from_edges(cls, num_nodes, edges, fields=None, kind="dag"):
         """Edges `(parent, child)`; a node's children keep the order of its edges. Roots are the
         nodes that are nobody's child."""
-        if not isinstance(num_nodes, (int, np.integer)) or isinstance(num_nodes, bool) \
-                or num_nodes < 0:
-            raise InputError(f"num_nodes must be an int >= 0, not {num_nodes!r}")
+        _require_count("num_nodes", num_nodes)
         edges = np.asarray(edges)
         if edges.size and edges.dtype.kind not in "iu":
             raise InputError(f"edges must hold integer node indices, not {edges.dtype}")
@@ -238,6 +242,11 @@ def random_bracketing(words, rng):
 
 
 _PTB_TOKEN = re.compile(r"\(|\)|[^()]+")
+
+
+def _require_count(name, value, least=0):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < least:
+        raise InputError(f"{name} must be an int >= {least}, not {value!r}")
 
 
 def _node_indices(name, values):

@@ -330,6 +330,29 @@ def test_a_fixed_arity_3_model_indexes_counts_and_loops_over_its_children(word, 
     assert_same_result(ternary.run(forest, p), ternary.reference(forest, p))
 
 
+@rj.recursive_model(arity=3)
+def zipped_children(node, p):
+    """`zip` of weights with the children's states, `enumerate` over the children."""
+    if node.is_leaf:
+        return p.E[node.word]
+    states = [zipped_children(child, p) for child in node.children]
+    total = p.b
+    for weight, state in zip((p.U, p.W, p.U), states):
+        total = total + weight @ state
+    for k, child in enumerate(node.children, start=1):
+        total = total + zipped_children(child, p) * k
+    return rj.tanh(total)
+
+
+@given(st.integers(0, VOCAB - 1), seeds)
+def test_zip_and_enumerate_over_children_and_their_states_equal_reference(word, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
+                  U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
+    forest = ternary_forests(word)
+    assert_same_result(zipped_children.run(forest, p), zipped_children.reference(forest, p))
+
+
 @rj.recursive_model(arity=2)
 def squashed_matrix_rnn(node, p):
     if node.is_leaf:

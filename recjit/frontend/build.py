@@ -376,7 +376,10 @@ class Interpreter:
         return total if start is None else self.binary(ast.Add(), start, total, node)
 
     def iterate(self, node, env):
-        value = self.expr(node, env)
+        return self.sequence(self.expr(node, env), node)
+
+    def sequence(self, value, node):
+        """The values a loop (or `zip`, `enumerate`) over `value` takes, known now."""
         if isinstance(value, ChildrenView):
             if self.builder.variable_arity:
                 raise self.unsupported("with arity=None, node.children is only summed over "
@@ -657,6 +660,8 @@ class Interpreter:
             return self.fill(0.0 if function is ops.zeros else 1.0, arguments, keywords, node)
         if function is builtins.sum:
             return self.sum(arguments, keywords, node)
+        if function in (builtins.zip, builtins.enumerate):
+            return list(function(*(self.sequence(a, node) for a in arguments), **keywords))
         if function is builtins.len and len(arguments) == 1 and isinstance(arguments[0],
                                                                           ChildrenView):
             count = self.builder.num_children
@@ -790,7 +795,7 @@ def accumulators(body):
 _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.concat, ops.zeros, ops.ones,
                          builtins.sum)
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
-                   builtins.tuple, builtins.list)
+                   builtins.tuple, builtins.list, builtins.zip, builtins.enumerate)
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 

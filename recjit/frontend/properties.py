@@ -127,7 +127,7 @@ class PropertyChecker:
         elif isinstance(target, (ast.Tuple, ast.List)):
             for element in target.elts:
                 self.bind(element.value if isinstance(element, ast.Starred) else element,
-                          Abstract(value.deps), env)
+                          Abstract(value.deps, "child" if value.role == "child" else ""), env)
 
     def condition(self, test, env):
         value = self.expr(test, env)
@@ -223,10 +223,12 @@ class PropertyChecker:
         value = self.expr(iterable, env)
         if value.role == "sequence":
             return Abstract(value.deps)
+        if value.role == "children":  # node.children, or zip or enumerate over them
+            return Abstract(value.deps | {STRUCTURE}, "child")
         if value.data:
             raise self.error("P.1", "a loop runs over a tensor, so its trip count is not a "
                              "property of the node's structure", iterable)
-        return Abstract(frozenset({STRUCTURE}), "child" if value.role == "children" else "")
+        return Abstract(frozenset({STRUCTURE}))
 
     def comprehension(self, node, env):
         inner = dict(env)
@@ -265,6 +267,12 @@ class PropertyChecker:
             return self.inline(function, node, arguments, keywords)
         if function is builtins.len and arguments and arguments[0].role == "sequence":
             return Abstract(frozenset({STRUCTURE}))  # how many values, not what they hold
+        if function in (builtins.zip, builtins.enumerate) and all(
+                argument.role in ("sequence", "children") or not argument.data
+                for argument in arguments):  # as many values as its shortest argument has
+            deps = functools.reduce(Abstract.join, arguments, NOTHING).deps
+            children = any(argument.role == "children" for argument in arguments)
+            return Abstract(deps, "children" if children else "sequence")
         if isinstance(node.func, ast.Attribute):
             self.expr(node.func.value, env)
         value = NOTHING

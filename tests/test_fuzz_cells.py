@@ -40,13 +40,25 @@ MISTAKES = {
 
 @st.composite
 def expressions(draw, atoms, depth=3):
-    """A vector expression of size HIDDEN over `atoms`."""
+    """A vector expression of size HIDDEN over `atoms`: every elementwise function and
+    operator of the cell language, constants, scalar parameters, slices and concatenation."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from(atoms))
-    kind = draw(st.sampled_from(["function", "operator", "product", "scaled"]))
+    kind = draw(st.sampled_from(["function", "operator", "product", "scaled", "divided",
+                                 "softplus", "bounded", "negated", "rotated"]))
     inner = draw(expressions(atoms, depth - 1))
     if kind == "scaled":  # by a scalar parameter
         return f"({inner} * p.s)"
+    if kind == "divided":  # by something that stays away from 0
+        return f"({inner} / (1.5 + rj.sigmoid({draw(expressions(atoms, depth - 1))})))"
+    if kind == "softplus":
+        return f"rj.log(1.0 + rj.exp(-rj.relu({inner})))"
+    if kind == "bounded":
+        return f"{draw(st.sampled_from(['rj.maximum', 'rj.minimum']))}({inner}, 0.25)"
+    if kind == "negated":
+        return f"(2 - -{inner})"
+    if kind == "rotated":  # slices and a concatenation
+        return f"rj.concat([{inner}[1:3], {inner}[0:1]])"
     if kind == "function":
         return f"{draw(st.sampled_from(FUNCTIONS))}({inner})"
     if kind == "operator":

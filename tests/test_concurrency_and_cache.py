@@ -1,5 +1,6 @@
 """`run` from several threads at once, the compile cache's keys, and kernels loaded from the
 disk cache."""
+import importlib.util
 import io
 import os
 import queue
@@ -144,6 +145,25 @@ def test_a_module_list_changed_in_place_compiles_again():
             assert_same_result(weighted_cell.run(forest, p), weighted_cell.reference(forest, p))
     finally:
         WEIGHTS[1] = 0.25
+
+
+def test_a_cell_analysed_again_reads_the_source_it_was_defined_with(tmp_path):
+    """Rebinding a constant analyses the cell again; a file edited since then (not reloaded)
+    no longer holds the running function's source, and must not be read."""
+    path = tmp_path / "edited_cell.py"
+    source = ("import recjit as rj\nSCALE = 0.5\n\n@rj.recursive_model\ndef cell(node, p):\n"
+              "    if node.is_leaf:\n        return p.E[node.word] * SCALE\n"
+              "    return rj.tanh(cell(node.left, p) + cell(node.right, p))\n")
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("edited_cell", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    forest, p = rj.Forest.from_nested([(0, (1, 2))]), rj.Params(E=np.arange(6.0).reshape(3, 2))
+    module.cell.run(forest, p)
+    path.write_text(source.replace("cell(node.left, p) + cell", "cell(node.left, p) - cell"))
+    os.utime(path, (os.path.getatime(path), os.path.getmtime(path) + 10))
+    module.SCALE = 2.0
+    assert_same_result(module.cell.run(forest, p), module.cell.reference(forest, p))
 
 
 def test_a_helper_bound_again_in_an_enclosing_scope_compiles_again():

@@ -1,5 +1,6 @@
 """Reading a cell function's source, from a module file or a notebook cell."""
 import ast
+import functools
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -30,9 +31,12 @@ class FunctionSource:
 
 
 
+@functools.lru_cache(maxsize=1024)
 def read_source(function):
     """The parsed source of `function`; IPython keeps cell sources in linecache, so this works
-    in notebooks too. Functions made by exec or typed at a bare interpreter prompt have none."""
+    in notebooks too. Functions made by exec or typed at a bare interpreter prompt have none.
+    Read once a function (of the last 1024): a file edited since it was defined no longer
+    holds its source, and a cell is analysed again when a name it reads is bound again."""
     name = getattr(function, "__qualname__", repr(function))
     try:
         lines, first_line = inspect.getsourcelines(function)

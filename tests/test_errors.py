@@ -226,3 +226,22 @@ def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_namin
                                                   r"'params', which is not one of the cell's "
                                                   r"parameters after the first 1 \(node, p\)"):
         misnamed.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_call_to_another_recursive_model_is_refused_saying_how_to_compose_them():
+    @rj.recursive_model(arity=2)
+    def inner(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return inner(node.left, p) + inner(node.right, p)
+
+    @rj.recursive_model(arity=2)
+    def outer(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return inner(node.left, p) * outer(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: calling another "
+                                                  r"recursive model \(inner\) from a cell .* "
+                                                  r"pass its states in as a field"):
+        outer.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))

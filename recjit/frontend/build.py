@@ -632,6 +632,11 @@ class Interpreter:
         function = self.expr(node.func, env)
         model = self.builder.model
         recursive = function is model or function is getattr(model, "function", None)
+        if not recursive and isinstance(function, type(model)):
+            raise self.unsupported(f"calling another recursive model ({function.__name__}) "
+                                   "from a cell is not part of the cell language: a cell "
+                                   "recurses into itself only; run the other model first and "
+                                   "pass its states in as a field (node.x)", node)
         if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
                 or is_user_helper(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "

@@ -1,7 +1,6 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
 import functools
-import operator
 import threading
 from dataclasses import dataclass
 
@@ -9,8 +8,7 @@ import numpy as np
 
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
-from .frontend import (build_cell_ir, changeable_in_place, check_properties, frozen_values,
-                       read_source)
+from .frontend import Binding, build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.lower import param_name
@@ -122,10 +120,8 @@ class RecursiveModel:
         self.arity = arity
         self.kind = kind
         self.schedule = schedule
-        # (the current `Analysis`, the outside values it was made for, those of them that
-        # can change in place: `changeable_in_place`)
-        self._analysed = None
-        self._analyses = {}  # each binding of the outside names (frozen) → its `Analysis`
+        self._analysed = None  # (the current `Analysis`, the `Binding` it was made for)
+        self._analyses = {}  # (the outside names, a `Binding.key`) → its `Analysis`
         self._compiled = {}
         self._latest = {}
         self._lock = threading.Lock()
@@ -148,19 +144,15 @@ class RecursiveModel:
         notebook does when it runs a cell that defines it again. Bindings that compile the
         same kernel share one `Analysis`, and so their compiled kernels."""
         analysed = self._analysed
-        if analysed is not None:
-            analysis, values, lists = analysed
-            now = analysis.usage.outside.values()
-            if all(map(operator.is_, now, values)) and (not lists or all(
-                    frozen_values((now[index],)) == (then,) for index, then in lists)):
-                return analysis
+        if analysed is not None and analysed[1].holds(analysed[0].usage.outside.values()):
+            return analysed[0]
         source = read_source(self.function)
         usage = check_properties(self, source)
-        values = usage.outside.values()
+        binding = Binding(usage.outside.values())
         analysis = self._analyses.setdefault(
-            (usage.outside.names, frozen_values(values)),
+            (usage.outside.names, binding.key),
             Analysis(source, usage, tuple(sorted(usage.parameters)), tuple(sorted(usage.fields))))
-        self._analysed = (analysis, values, changeable_in_place(values))
+        self._analysed = (analysis, binding)
         return analysis
 
     @staticmethod
@@ -168,9 +160,8 @@ class RecursiveModel:
         """The compiled-kernel cache key: backend, schedule, the shapes and dtypes of the
         parameters and fields the cell reads, and its `analyse()` (which stands for what the
         names it reads from outside its body denote). Computed at every run, so kept lean."""
-        parameter_names, field_names = analysis.parameters, analysis.fields
         parameters = []
-        for name in parameter_names:
+        for name in analysis.parameters:
             value = getattr(p, name, None)
             if value is None:
                 raise _missing(p, name)
@@ -178,7 +169,7 @@ class RecursiveModel:
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
                 tuple((name, *_field_spec(fields[name], kind=True))
-                      for name in field_names if name in fields), analysis)
+                      for name in analysis.fields if name in fields), analysis)
 
     def with_context(self, analysis, p, context):
         """`p` with the cell's context arguments (its arguments after `p`, in its

@@ -117,19 +117,27 @@ class OutsideNames:
 
 
 def frozen_values(values):
-    """`values` (from `OutsideNames.values`) as a dict key that two bindings of the names share
+    """`values` (from `OutsideNames.values`) as a key that two bindings of the names share
     when they compile the same kernel: numbers and strings by type and value (floats by repr,
     so NaN equals itself and -0.0 is not 0.0), tuples and lists element by element, anything
     else (functions, modules, models) by identity."""
     return tuple(_frozen(value) for value in values)
 
 
-def changeable_in_place(values):
-    """(index, frozen value) of each of `values` that can change without being bound again: a
-    list (a cell may loop over a module's list), or a tuple that holds one. A run compares
-    these by value; the others by identity."""
-    return tuple((index, _frozen(value)) for index, value in enumerate(values)
-                 if _holds_list(value))
+class Binding:
+    """What the outside names denoted when a cell was analysed (`values`, in the order of
+    `OutsideNames.names`). A run asks whether they still do (`holds`): each by identity, and a
+    list (which can change without being bound again), or a tuple holding one, by value."""
+
+    def __init__(self, values):
+        self.values = values
+        self.key = frozen_values(values)  # equal for bindings that compile the same kernel
+        self._lists = tuple((index, self.key[index]) for index, value in enumerate(values)
+                            if _holds_list(value))
+
+    def holds(self, now):
+        return all(map(operator.is_, now, self.values)) and (
+            not self._lists or all(_frozen(now[index]) == then for index, then in self._lists))
 
 
 def _holds_list(value):

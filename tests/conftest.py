@@ -114,7 +114,8 @@ def child_mean(node, p):
     return rj.tanh(p.W @ (total / node.num_children) + p.b * len(node.children))
 
 
-def child_mean_params(hidden, vocab_size, seed):
+def vector_rnn_params(hidden, vocab_size, seed):
+    """E, W and b of a small vector cell (child_mean's, and the CPU tests' that need no more)."""
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
                      W=rng.normal(size=(hidden, hidden)) / 2, b=rng.normal(size=hidden) / 4)

@@ -12,8 +12,8 @@ from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
-                      child_mean_params, nary_forests, scaled_rnn, scaled_rnn_params, scales,
-                      seeds)
+                      nary_forests, scaled_rnn, scaled_rnn_params, scales, seeds,
+                      vector_rnn_params)
 
 VOCAB = 50
 
@@ -239,7 +239,7 @@ def test_a_python_number_parameter_takes_the_arrays_dtype_as_in_numpy(number):
 
 @given(nary_forests(VOCAB, max_trees=5), seeds)
 def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
-    p = child_mean_params(4, VOCAB, seed)
+    p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(child_mean.run(forest, p), child_mean.reference(forest, p))
 
 
@@ -261,9 +261,7 @@ def gated_by_helper(node, p):
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)
 def test_helpers_with_optional_arguments_and_calls_by_keyword_equal_reference(forest, seed):
-    rng = np.random.default_rng(seed)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2,
-                  b=rng.normal(size=4))
+    p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(gated_by_helper.run(forest, p), gated_by_helper.reference(forest, p))
 
 
@@ -280,8 +278,7 @@ def weighted_children(node, p):
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)
 def test_loops_over_a_list_of_the_childrens_states_equal_reference(forest, seed):
-    rng = np.random.default_rng(seed)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2)
+    p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(weighted_children.run(forest, p), weighted_children.reference(forest, p))
 
 
@@ -298,9 +295,7 @@ def accumulating(node, p):
 
 @given(nary_forests(VOCAB, max_trees=5), seeds)
 def test_updates_in_place_of_an_array_of_the_cells_own_equal_reference(forest, seed):
-    rng = np.random.default_rng(seed)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 4)) / 2,
-                  b=rng.normal(size=4))
+    p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(accumulating.run(forest, p), accumulating.reference(forest, p))
 
 

@@ -367,3 +367,31 @@ def test_a_parameter_times_a_matrix_is_packed_and_stored_column_by_column(forest
     # the packs of both children, in the batch loop's parallel and one-thread twins
     assert source.count("for k_column in range(3):") == 2 * 2
     assert "for e_column in range(3):" in source  # tanh of the product, stored
+
+
+def read_only(array):
+    """As `np.load(path, mmap_mode="r")` gives arrays: not writeable."""
+    array = np.array(array)
+    array.flags.writeable = False
+    return array
+
+
+@pytest.mark.parametrize("num_trees", [2, 12], ids=["direct", "weight-panels"])
+def test_read_only_parameters_and_forest_arrays_equal_reference(num_trees):
+    forest = rj.Forest.random_binary(num_trees, vocab_size=VOCAB, seed=num_trees)
+    p = tree_lstm_params(8, VOCAB, "float32", seed=num_trees)
+    frozen = rj.Forest(read_only(forest.child_ptr), read_only(forest.child_idx),
+                       read_only(forest.roots), fields={"word": read_only(forest.fields["word"])})
+    frozen_p = rj.Params(**{name: read_only(getattr(p, name)) for name in p.names()})
+    assert_same_result(tree_lstm.run(frozen, frozen_p), tree_lstm.reference(forest, p),
+                       rtol=1e-5)
+
+
+def test_a_read_only_vector_field_equals_reference():
+    rng = np.random.default_rng(3)
+    edges = [(n, int(c)) for n in range(18) for c in rng.choice(np.arange(n + 1, 20), 2,
+                                                                replace=False)]
+    forest = rj.Forest.from_edges(20, edges, fields={"x": read_only(rng.normal(size=(20, 3)))})
+    p = rj.Params(W=read_only(rng.normal(size=(4, 3))), U=read_only(rng.normal(size=(4, 4))),
+                  b=read_only(rng.normal(size=4)))
+    assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))

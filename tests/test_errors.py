@@ -118,6 +118,15 @@ def test_half_precision_parameters_are_refused_naming_the_parameter():
         tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
 
 
+def test_parameters_in_the_other_byte_order_are_refused_saying_how_to_convert_them():
+    p = make_params(4, 10, "float32")
+    p.U_f = p.U_f.astype(">f4")  # big-endian, as read from some files on a little-endian CPU
+    with pytest.raises(rj.InputError, match=r"parameter 'U_f' has dtype >f4; parameters must "
+                                            r"be float32 or float64 arrays in the machine's "
+                                            r"byte order \(`.astype\(np.float32\)`\)"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
 def test_a_vector_field_of_strings_is_refused_naming_the_field_and_the_line():
     from dag_rnn import dag_rnn
     from dag_rnn import make_params as dag_params

@@ -29,11 +29,12 @@ def _parameters(name, dtype):
     """The types each product is compiled for: the kernel's arguments converted to these."""
     matrix, panels, index = (types.Array(dtype, 2, "A"), types.Array(dtype, 3, "A"),
                              types.intp)
+    read = types.Array(dtype, 2, "A", readonly=True)  # a user's weights may be read-only
     counters = types.Array(types.int64, 1, "A")
-    return {"matmul_rows": (matrix, matrix, matrix, index, index, index),
-            "matmul_share": (matrix, panels, matrix, matrix, index, index, index, index,
+    return {"matmul_rows": (read, read, matrix, index, index, index),
+            "matmul_share": (read, panels, read, matrix, index, index, index, index,
                              types.boolean, counters, counters),
-            "pack_share": (matrix, panels, index, index, index)}[name]
+            "pack_share": (read, panels, index, index, index)}[name]
 
 
 PRODUCTS = ("matmul_rows", "matmul_share", "pack_share")

@@ -147,8 +147,10 @@ class CaseBuilder:
                              f"(read at {source.filename}:{source.lineno(node)})")
         shape, dtype = shape_and_dtype(array)
         if dtype not in (np.float32, np.float64) and not is_weak(array):
+            native = (f" in the machine's byte order (`.astype(np.{dtype.name})`)"
+                      if dtype.kind == "f" and not dtype.isnative else "")
             raise InputError(f"{described(self.params, name)} has dtype {dtype}; parameters "
-                             f"must be float32 or float64 arrays")
+                             f"must be float32 or float64 arrays{native}")
         return ParamArray(name, shape, dtype)
 
     def tensor(self, value, source, node):

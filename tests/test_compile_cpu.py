@@ -395,3 +395,56 @@ def test_a_read_only_vector_field_equals_reference():
     p = rj.Params(W=read_only(rng.normal(size=(4, 3))), U=read_only(rng.normal(size=(4, 4))),
                   b=read_only(rng.normal(size=4)))
     assert_same_result(dag_rnn.run(forest, p), dag_rnn.reference(forest, p))
+
+
+@rj.recursive_model(arity=None)
+def gated_child_sum(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    gate = rj.sigmoid(p.b)
+    total, gated = rj.zeros(p.b.shape), rj.zeros(p.b.shape)
+    for child in node.children:
+        h = gated_child_sum(child, p)
+        total = total + rj.tanh(p.W @ h)
+        gated = gated + gate * h
+    return rj.tanh(total + gated)
+
+
+@rj.recursive_model(arity=None)
+def product_gated_child_sum(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    gate = rj.tanh(p.W) @ p.b  # a product of a matrix the node computes: a loop of its own
+    total = rj.zeros(p.b.shape)
+    for child in node.children:
+        total = total + gate * product_gated_child_sum(child, p)
+    return rj.tanh(total)
+
+
+def state_loop(source):
+    """The CPU kernel's first element loop that writes the batch's states."""
+    batches = source.split("# the batches")[1]
+    store = batches.index("state_0[node, e] =")
+    return batches[batches.rindex("for e in", 0, store):store]
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_sums_over_children_are_summed_child_by_child_before_the_loop_that_reads_them(
+        forest, seed):
+    """So the element loop has no inner loop and vectorizes; `gate`, which a term reads, is
+    computed again in the sum's own loop."""
+    p = vector_rnn_params(5, VOCAB, seed)
+    assert_same_result(gated_child_sum.run(forest, p), gated_child_sum.reference(forest, p))
+    source = gated_child_sum.kernel_source("cpu")
+    assert source.count("= np.empty((5), dtype=real)") == 2 * 2  # two sums, prange and serial
+    assert "for edge" not in state_loop(source) and "sums_v" in state_loop(source)
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_a_sum_whose_terms_read_a_value_computed_in_a_loop_stays_in_the_element_loop(
+        forest, seed):
+    p = vector_rnn_params(5, VOCAB, seed)
+    assert_same_result(product_gated_child_sum.run(forest, p),
+                       product_gated_child_sum.reference(forest, p))
+    source = product_gated_child_sum.kernel_source("cpu")
+    assert "sums_v" not in source and "for edge" in state_loop(source)

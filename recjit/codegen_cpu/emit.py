@@ -3,8 +3,10 @@
 The translation is one to one: a parallel ILIR loop is a `prange` (inside the batch loop, with
 a serial twin for batches of a few nodes), consecutive `MatMul`s one `prange` over workers,
 which claim blocks of every weight's rows, every other statement the Python line it prints
-as. One thing is the CPU's own: the weights of those products are packed into panels once per
-run, first thing (`_weight_panels`)."""
+as. Three things are the CPU's own: the weights of those products are packed into panels once
+per run, first thing (`_weight_panels`); element loops over a transposed matrix walk it column
+by column (`_column_walk`); sums over a node's children go first, each into a row of its own
+(`child_sums`)."""
 from ..lowering.ilir import (
     Alloc,
     Barrier,
@@ -22,6 +24,7 @@ from ..lowering.ilir import (
 )
 from ..lowering.lower import param_name
 from ..lowering.pysource import PythonExpressions
+from .child_sums import sums_first
 
 FAST_MATH = '''
 # tanh as Eigen's rational approximation (13/6): branch-free, so it vectorizes; max abs and
@@ -86,6 +89,9 @@ def _statements(body, depth, lines, forward="True", batched=False):
             products = []
         if isinstance(statement, Loop) and statement.columns:
             _column_walk(statement, depth, lines)
+        elif isinstance(statement, Loop) and statement.element and sums_first(statement) != (
+                statement,):
+            _statements(sums_first(statement), depth, lines, forward, batched)
         elif isinstance(statement, Loop) and statement.parallel:
             _parallel_loop(statement, depth, lines, forward, batched)
         elif isinstance(statement, Loop):

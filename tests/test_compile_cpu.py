@@ -438,6 +438,7 @@ def test_sums_over_children_are_summed_child_by_child_before_the_loop_that_reads
     source = gated_child_sum.kernel_source("cpu")
     assert source.count("= np.empty((5), dtype=real)") == 2 * 2  # two sums, prange and serial
     assert "for edge" not in state_loop(source) and "sums_v" in state_loop(source)
+    assert "sums over children are summed child by child" in gated_child_sum.explain(forest, p)
 
 
 @given(nary_forests(VOCAB, max_trees=5), seeds)

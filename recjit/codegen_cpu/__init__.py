@@ -6,8 +6,10 @@ import numpy as np
 
 from ..generated import load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
+from ..lowering.ilir import Loop, walk
 from ..result import Result
 from . import calls, runtime
+from .child_sums import sums_first
 from .emit import emit_source
 
 # One kernel at a time in this process: each already uses every core, and numba's workqueue
@@ -56,7 +58,12 @@ class CpuKernel:
         return states
 
     def describe(self):
-        return ("one call of a numba parallel function (prange loops; a loop's end is a "
+        text = ("one call of a numba parallel function (prange loops; a loop's end is a "
                 "barrier); in forests of at least "
                 f"{self.pack_from_nodes} nodes, parallel products go through weight panels "
                 "packed once a run")
+        if any(isinstance(loop, Loop) and sums_first(loop) != (loop,)
+               for loop in walk(self.kernel.body)):
+            text += ("; sums over children are summed child by child into rows (`sums_...`) "
+                     "before the element loops that read them, so those loops vectorize")
+        return text

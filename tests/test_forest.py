@@ -2,6 +2,7 @@
 import networkx
 import numpy as np
 import pytest
+from hypothesis import given, strategies as st
 
 import recjit as rj
 
@@ -158,3 +159,73 @@ def test_from_networkx_refuses_an_attribute_of_different_shapes_naming_it():
     networkx.set_node_attributes(graph, {"a": [1.0, 2.0], "b": [1.0]}, "x")
     with pytest.raises(rj.InputError, match=r"attribute 'x' has shapes \[\(1,\), \(2,\)\]"):
         rj.Forest.from_networkx(graph, fields=["x"])
+
+
+PTB_LINES = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 dull) (2 It))", "(2 fine)",
+             "(4 (3 (2 a) (2 good)) (3 film))"]
+
+
+def assert_same_forest(got, expected):
+    for name in ("child_ptr", "child_idx", "roots"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(expected, name))
+    assert sorted(got.fields) == sorted(expected.fields)
+    for name, values in expected.fields.items():
+        np.testing.assert_array_equal(got.fields[name], values)
+    assert got.kind == expected.kind
+
+
+@pytest.mark.parametrize("trees", [[1, 3], slice(1, 3), np.array([False, True, True, False]), 2],
+                         ids=["indices", "slice", "mask", "int"])
+def test_select_gives_the_chosen_trees_as_reading_them_alone_would(trees):
+    whole = rj.Forest.from_ptb(PTB_LINES)
+    chosen = np.arange(len(PTB_LINES))[trees]
+    alone = rj.Forest.from_ptb([PTB_LINES[i] for i in np.atleast_1d(chosen)],
+                               vocab=dict(whole.vocab))
+    selected = whole.select(trees)
+    assert_same_forest(selected, alone)
+    assert selected.vocab is whole.vocab
+
+
+@given(st.integers(1, 30), st.integers(1, 7), st.integers(0, 2**16))
+def test_concat_of_a_forest_cut_into_batches_is_the_forest(num_trees, batch, seed):
+    whole = rj.Forest.random_binary(num_trees, seed=seed)
+    batches = [whole.select(slice(begin, begin + batch)) for begin in range(0, num_trees, batch)]
+    assert_same_forest(rj.Forest.concat(batches), whole)
+
+
+def test_select_keeps_a_node_that_two_chosen_roots_share_once():
+    dag = rj.Forest.from_edges(5, [(0, 2), (0, 3), (1, 3), (1, 4)],
+                               fields={"x": np.arange(10.0).reshape(5, 2)})
+    both, second = dag.select([0, 1]), dag.select([1])
+    assert_same_forest(both, dag)
+    assert second.num_nodes == 3 and second.roots.tolist() == [0]
+    assert second.children(0).tolist() == [1, 2]
+    np.testing.assert_array_equal(second.fields["x"], dag.fields["x"][[1, 3, 4]])
+
+
+def test_select_refuses_what_does_not_index_the_roots():
+    with pytest.raises(rj.InputError, match=r"Forest.select: 4 does not index the forest's 4 "
+                                            r"roots"):
+        rj.Forest.from_ptb(PTB_LINES).select(4)
+
+
+def test_select_refuses_children_that_are_not_nodes():
+    forest = rj.Forest([0, 2, 2, 2], [1, 7], [0], fields={"word": [-1, 0, 1]})
+    with pytest.raises(rj.InputError, match=r"child_idx\[1\] = 7 is not a node \(0..2\)"):
+        forest.select([0])
+
+
+def test_concat_refuses_forests_whose_word_ids_mean_other_words():
+    first, second = rj.Forest.from_ptb(PTB_LINES[:1]), rj.Forest.from_ptb(PTB_LINES[1:2])
+    with pytest.raises(rj.InputError, match="forest 1 has another vocabulary than forest 0"):
+        rj.Forest.concat([first, second])
+
+
+def test_concat_refuses_forests_of_other_fields_or_kinds():
+    trees = rj.Forest.from_nested([(1, 2)])
+    with pytest.raises(rj.InputError, match=r"forest 1 has fields \['label', 'word'\], forest "
+                                            r"0 \['word'\]"):
+        rj.Forest.concat([trees, rj.Forest.from_ptb(PTB_LINES)])
+    with pytest.raises(rj.InputError, match="forest 1 is of kind 'sequence', forest 0 of kind "
+                                            "'tree'"):
+        rj.Forest.concat([trees, rj.Forest.from_sequences([2], fields={"word": [1, 2]})])

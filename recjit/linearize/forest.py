@@ -60,6 +60,87 @@ class Forest:
         return (f"Forest(kind={self.kind!r}, num_nodes={self.num_nodes}, "
                 f"num_roots={self.roots.size}, fields={sorted(self.fields)})")
 
+    def select(self, trees):
+        """The forest of some of these trees (or DAGs, or sequences): `trees` indexes `roots`
+        (an int, a slice, indices or a boolean mask), as a dataset read once is cut into
+        batches. The nodes the chosen roots reach keep their order, fields, kind and
+        vocabulary; a node two chosen roots share is kept once."""
+        self._require_host("select")
+        self._require_structure()
+        try:
+            chosen = np.atleast_1d(self.roots[trees])
+        except (IndexError, TypeError, ValueError) as error:
+            raise InputError(f"Forest.select: {trees!r} does not index the forest's "
+                             f"{self.roots.size} roots ({error})") from None
+        reached = np.zeros(self.num_nodes, dtype=bool)
+        frontier = np.unique(chosen)
+        while frontier.size:
+            reached[frontier] = True
+            children = self.child_idx[_edges_of(self.child_ptr, frontier)]
+            frontier = np.unique(children[~reached[children]])
+        kept = np.flatnonzero(reached)
+        new_of_old = np.full(self.num_nodes, -1, dtype=np.int64)
+        new_of_old[kept] = np.arange(kept.size)
+        counts = self.child_ptr[kept + 1] - self.child_ptr[kept]
+        child_ptr = np.concatenate([[0], np.cumsum(counts)])
+        child_idx = new_of_old[self.child_idx[_edges_of(self.child_ptr, kept)]]
+        return Forest(child_ptr, child_idx, new_of_old[chosen],
+                      {name: values[kept] for name, values in self.fields.items()},
+                      self.kind, self.vocab)
+
+    @classmethod
+    def concat(cls, forests):
+        """One forest of the trees of several, in order: node n of the k-th forest becomes
+        node n plus the nodes of the forests before it. They must share their kind, their
+        fields' names and their vocabulary (a word id means one word)."""
+        forests = list(forests)
+        if not forests or not all(isinstance(f, Forest) for f in forests):
+            raise InputError("Forest.concat takes a non-empty sequence of Forests")
+        for forest in forests:
+            forest._require_host("concat")
+            forest._require_structure()
+        first = forests[0]
+        for index, forest in enumerate(forests[1:], 1):
+            if forest.kind != first.kind:
+                raise InputError(f"Forest.concat: forest {index} is of kind {forest.kind!r}, "
+                                 f"forest 0 of kind {first.kind!r}")
+            if sorted(forest.fields) != sorted(first.fields):
+                raise InputError(f"Forest.concat: forest {index} has fields "
+                                 f"{sorted(forest.fields)}, forest 0 {sorted(first.fields)}")
+            if forest.vocab is not first.vocab and forest.vocab != first.vocab:
+                raise InputError(f"Forest.concat: forest {index} has another vocabulary than "
+                                 "forest 0, so its word ids mean other words: read them with "
+                                 "one vocabulary (Forest.from_ptb(lines, vocab=...))")
+        offsets = np.cumsum([0] + [f.num_nodes for f in forests])
+        edge_offsets = np.cumsum([0] + [f.child_idx.size for f in forests])
+        child_ptr = np.concatenate([[0]] + [f.child_ptr[1:] + e
+                                            for f, e in zip(forests, edge_offsets)])
+        return Forest(child_ptr,
+                      np.concatenate([f.child_idx + o for f, o in zip(forests, offsets)]),
+                      np.concatenate([f.roots + o for f, o in zip(forests, offsets)]),
+                      {name: np.concatenate([f.fields[name] for f in forests])
+                       for name in first.fields},
+                      first.kind, first.vocab)
+
+    def _require_host(self, method):
+        if self.device_fields:
+            raise InputError(f"Forest.{method}: field {min(self.device_fields)!r} is a GPU "
+                             "array; select or concatenate the host forest, then give it its "
+                             "GPU fields")
+
+    def _require_structure(self):
+        """The CSR arrays consistent enough to cut and join (the linearizer checks the rest:
+        cycles, parents, arity)."""
+        ptr = self.child_ptr
+        if ptr[0] != 0 or ptr[-1] != self.child_idx.size or np.any(np.diff(ptr) < 0):
+            raise InputError("child_ptr must start at 0, never decrease and end at "
+                             f"len(child_idx) = {self.child_idx.size}")
+        for name, values in (("child_idx", self.child_idx), ("roots", self.roots)):
+            outside = np.flatnonzero((values < 0) | (values >= self.num_nodes))
+            if outside.size:
+                raise InputError(f"{name}[{outside[0]}] = {values[outside[0]]} is not a node "
+                                 f"(0..{self.num_nodes - 1})")
+
     @classmethod
     def from_nested(cls, trees, leaf_field="word"):
         """Trees as nested tuples or lists whose leaves are ints (stored in `leaf_field`;
@@ -229,6 +310,14 @@ class Forest:
         is_child[edges[:, 1]] = True
         roots = np.flatnonzero(~is_child)
         return cls(child_ptr, child_idx, roots, fields, kind)
+
+
+def _edges_of(child_ptr, nodes):
+    """The positions in `child_idx` of the children of `nodes`, node after node."""
+    begins = child_ptr[nodes]
+    counts = child_ptr[nodes + 1] - begins
+    first_of_node = np.cumsum(counts) - counts
+    return np.repeat(begins - first_of_node, counts) + np.arange(counts.sum())
 
 
 def random_bracketing(words, rng):

@@ -2,7 +2,8 @@
 import networkx
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import recjit as rj
 
@@ -34,9 +35,9 @@ def test_from_ptb_extends_a_given_vocabulary():
 def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
     lines = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))"]
     expected = rj.Forest.from_ptb(lines)
-    for given in ("\n".join(lines) + "\n", [line.encode() for line in lines],
-                  "\n".join(lines).encode()):
-        forest = rj.Forest.from_ptb(given)
+    for text in ("\n".join(lines) + "\n", [line.encode() for line in lines],
+                 "\n".join(lines).encode()):
+        forest = rj.Forest.from_ptb(text)
         assert forest.labels.tolist() == expected.labels.tolist()
         assert forest.fields["word"].tolist() == expected.fields["word"].tolist()
         assert forest.vocab == expected.vocab

@@ -85,3 +85,17 @@ def filling(dtype):
 
 UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log"}
 BINARY = {maximum: "maximum", minimum: "minimum"}
+
+# NumPy's functions that a cell may call for rj's: the plain recursion runs them as written,
+# and a float32 array stays float32 through each. (np.zeros and np.ones are not among them:
+# they make float64 arrays, which would turn a float32 recursion into a float64 one.)
+NUMPY = ((np.tanh, tanh), (np.exp, exp), (np.log, log), (np.maximum, maximum),
+         (np.minimum, minimum), (np.concatenate, concat))
+
+
+def as_cell_function(function):
+    """The rj function that NumPy's `function` stands for in a cell, else `function`."""
+    for numpy_function, cell_function in NUMPY:
+        if function is numpy_function:
+            return cell_function
+    return function

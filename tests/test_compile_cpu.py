@@ -449,3 +449,29 @@ def test_a_sum_whose_terms_read_a_value_computed_in_a_loop_stays_in_the_element_
                        product_gated_child_sum.reference(forest, p))
     source = product_gated_child_sum.kernel_source("cpu")
     assert "sums_v" not in source and "for edge" in state_loop(source)
+
+
+@rj.recursive_model(arity=2)
+def numpy_cell(node, p):
+    if node.is_leaf:
+        return np.tanh(p.E[node.word])
+    h = np.concatenate([numpy_cell(node.left, p), numpy_cell(node.right, p)])
+    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + p.b * p.b)), 0.5))
+
+
+@rj.recursive_model(arity=2)
+def rj_cell(node, p):
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word])
+    h = rj.concat([rj_cell(node.left, p), rj_cell(node.right, p)])
+    return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + p.b * p.b)), 0.5))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_numpys_tanh_exp_log_maximum_minimum_and_concatenate_compile_as_rjs(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 8)) / 2,
+                  b=rng.normal(size=4))
+    assert_same_result(numpy_cell.run(forest, p), numpy_cell.reference(forest, p))
+    assert (numpy_cell.kernel_source("cpu").replace("numpy_cell", "cell")
+            == rj_cell.kernel_source("cpu", forest, p).replace("rj_cell", "cell"))

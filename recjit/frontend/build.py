@@ -271,7 +271,7 @@ class Interpreter:
         if isinstance(expression, (ast.BinOp, ast.UnaryOp)):
             return True
         if isinstance(expression, ast.Call):
-            function = self.expr(expression.func, env)
+            function = ops.as_cell_function(self.expr(expression.func, env))
             return any(function is allocating for allocating in _ALLOCATING_FUNCTIONS)
         return False
 
@@ -631,7 +631,7 @@ class Interpreter:
                 self.comprehend(node, generators[1:], env, results)
 
     def expr_Call(self, node, env):
-        function = self.expr(node.func, env)
+        function = ops.as_cell_function(self.expr(node.func, env))
         model = self.builder.model
         recursive = function is model or function is getattr(model, "function", None)
         if not recursive and isinstance(function, type(model)):
@@ -644,7 +644,8 @@ class Interpreter:
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
                                    "rj.maximum, rj.minimum, rj.split, rj.concat, rj.zeros, "
-                                   "rj.ones, sum, or a helper function)", node)
+                                   "rj.ones, sum, NumPy's tanh, exp, log, maximum, minimum or "
+                                   "concatenate, or a helper function)", node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)
         arguments = [self.expr(a, env) for a in node.args]

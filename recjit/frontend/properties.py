@@ -278,7 +278,8 @@ class PropertyChecker:
         value = NOTHING
         for argument in arguments + keywords:
             value = value.join(argument)
-        if function in ops.UNARY or function in ops.BINARY or value.data:
+        elementwise = ops.as_cell_function(function)
+        if any(elementwise is known for known in (*ops.UNARY, *ops.BINARY)) or value.data:
             return Abstract(value.deps | {COMPUTED})
         return Abstract(value.deps)
 

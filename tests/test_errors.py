@@ -210,6 +210,19 @@ def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_argu
         printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
+def test_numpys_zeros_are_refused_for_rj_zeros_which_take_the_parameters_dtype():
+    @rj.recursive_model(arity=None)
+    def numpy_sum(node, p):
+        total = np.zeros(2)
+        for child in node.children:
+            total = total + numpy_sum(child, p)
+        return rj.tanh(total + p.E[node.word]) if node.is_leaf else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: np.zeros makes float64 "
+                                                  r"arrays.*use rj.zeros\(shape\)"):
+        numpy_sum.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2), "f4")))
+
+
 def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compared():
     @rj.recursive_model(arity=None)
     def by_count(node, p):

@@ -639,6 +639,11 @@ class Interpreter:
                                    "from a cell is not part of the cell language: a cell "
                                    "recurses into itself only; run the other model first and "
                                    "pass its states in as a field (node.x)", node)
+        if function is np.zeros or function is np.ones:
+            raise self.unsupported(f"np.{function.__name__} makes float64 arrays, which would "
+                                   "make a float32 plain recursion float64: use "
+                                   f"rj.{function.__name__}(shape), which takes the "
+                                   "parameters' dtype", node)
         if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
                 or is_user_helper(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "

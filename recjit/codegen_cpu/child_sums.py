@@ -25,7 +25,8 @@ def sums_first(loop):
     (a gate of the node's own), the row's loop computes them again, once a child. Unchanged
     (`(loop,)`) when the loop holds no such sum."""
     if not (loop.element and not loop.columns and isinstance(loop.start, Const)
-            and isinstance(loop.stop, Const)):
+            and isinstance(loop.stop, Const)
+            and all(isinstance(statement, (Let, Loop, Store)) for statement in loop.body)):
         return (loop,)
     element = Var(loop.var)
     position = add(element, -loop.start.value)

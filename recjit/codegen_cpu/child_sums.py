@@ -28,16 +28,14 @@ def sums_first(loop):
             and isinstance(loop.stop, Const)
             and all(isinstance(statement, (Let, Loop, Store)) for statement in loop.body)):
         return (loop,)
-    element = Var(loop.var)
-    position = add(element, -loop.start.value)
+    position = add(Var(loop.var), -loop.start.value)
     size = Const(loop.stop.value - loop.start.value)
     stored = {store.array for store in nodes(loop.body, Store)}
     rebound = {let.name for inner in loop.body if isinstance(inner, Loop)
                for let in nodes(inner.body, Let)}
     first, body, lets, summed, copied = [], [], {}, set(), set()
-    statements = list(loop.body)
-    for index, statement in enumerate(statements):
-        total = _sum_started_before(statements, index)
+    for index, statement in enumerate(loop.body):
+        total = _sum_started_before(loop.body, index)
         if total is None:
             recomputed = None
         else:

@@ -87,11 +87,11 @@ def _statements(body, depth, lines, forward="True", batched=False):
         if products:
             _products(products, pad, lines, forward)
             products = []
-        if isinstance(statement, Loop) and statement.columns:
+        rewritten = sums_first(statement) if isinstance(statement, Loop) else (statement,)
+        if rewritten != (statement,):
+            _statements(rewritten, depth, lines, forward, batched)
+        elif isinstance(statement, Loop) and statement.columns:
             _column_walk(statement, depth, lines)
-        elif isinstance(statement, Loop) and statement.element and sums_first(statement) != (
-                statement,):
-            _statements(sums_first(statement), depth, lines, forward, batched)
         elif isinstance(statement, Loop) and statement.parallel:
             _parallel_loop(statement, depth, lines, forward, batched)
         elif isinstance(statement, Loop):

@@ -212,7 +212,7 @@ def test_select_refuses_what_does_not_index_the_roots():
 
 def test_select_refuses_children_that_are_not_nodes():
     forest = rj.Forest([0, 2, 2, 2], [1, 7], [0], fields={"word": [-1, 0, 1]})
-    with pytest.raises(rj.InputError, match=r"child_idx\[1\] = 7 is not a node \(0..2\)"):
+    with pytest.raises(rj.InputError, match=r"node 0 has a child outside 0..2"):
         forest.select([0])
 
 

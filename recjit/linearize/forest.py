@@ -8,6 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..params import on_device, shape_and_dtype, to_host
+from .linearizer import check_structure
 
 KINDS = ("tree", "dag", "sequence")
 
@@ -66,7 +67,7 @@ class Forest:
         batches. The nodes the chosen roots reach keep their order, fields, kind and
         vocabulary; a node two chosen roots share is kept once."""
         self._require_host("select")
-        self._require_structure()
+        check_structure(self)
         try:
             chosen = np.atleast_1d(self.roots[trees])
         except (IndexError, TypeError, ValueError) as error:
@@ -98,7 +99,7 @@ class Forest:
             raise InputError("Forest.concat takes a non-empty sequence of Forests")
         for forest in forests:
             forest._require_host("concat")
-            forest._require_structure()
+            check_structure(forest)
         first = forests[0]
         for index, forest in enumerate(forests[1:], 1):
             if forest.kind != first.kind:
@@ -127,19 +128,6 @@ class Forest:
             raise InputError(f"Forest.{method}: field {min(self.device_fields)!r} is a GPU "
                              "array; select or concatenate the host forest, then give it its "
                              "GPU fields")
-
-    def _require_structure(self):
-        """The CSR arrays consistent enough to cut and join (the linearizer checks the rest:
-        cycles, parents, arity)."""
-        ptr = self.child_ptr
-        if ptr[0] != 0 or ptr[-1] != self.child_idx.size or np.any(np.diff(ptr) < 0):
-            raise InputError("child_ptr must start at 0, never decrease and end at "
-                             f"len(child_idx) = {self.child_idx.size}")
-        for name, values in (("child_idx", self.child_idx), ("roots", self.roots)):
-            outside = np.flatnonzero((values < 0) | (values >= self.num_nodes))
-            if outside.size:
-                raise InputError(f"{name}[{outside[0]}] = {values[outside[0]]} is not a node "
-                                 f"(0..{self.num_nodes - 1})")
 
     @classmethod
     def from_nested(cls, trees, leaf_field="word"):

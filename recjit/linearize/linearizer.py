@@ -301,6 +301,15 @@ def _structure_error(status, culprit, forest, arity):
     return InputError(messages[status])
 
 
+def check_structure(forest):
+    """Raise the InputError `linearize` would for this forest's CSR arrays and roots, of any
+    arity, shared nodes allowed (cycles aside: its heights find those)."""
+    status, culprit, _, _ = _check_structure(forest.child_ptr, forest.child_idx, forest.roots,
+                                             False, ANY_ARITY)
+    if status != OK:
+        raise _structure_error(status, culprit, forest, None)
+
+
 def linearize(forest, single_parent=True, arity=None):
     """Validate the forest's structure and renumber it (DESIGN §3). `single_parent`: a tree,
     where a node reached from two parents is an error; otherwise a DAG. `arity`: every node

@@ -114,6 +114,22 @@ def child_mean(node, p):
     return rj.tanh(p.W @ (total / node.num_children) + p.b * len(node.children))
 
 
+@rj.recursive_model(arity=None)
+def gated_child_list(node, p):
+    """A child-sum cell written with lists of the children's states, as people port them:
+    a comprehension of the recursive calls, another of a gate per child, a `zip` of both
+    (the CPU and CUDA tests')."""
+    states = [gated_child_list(child, p) for child in node.children]
+    gates = [rj.sigmoid(p.W @ h) for h, _ in states]
+    remembered = rj.zeros(p.b.shape)
+    for gate, (_, c) in zip(gates, states):
+        remembered = remembered + gate * c
+    x = p.E[node.word] if node.is_leaf else 0
+    h_sum = sum((h for h, _ in states), rj.zeros(p.b.shape))
+    c = rj.tanh(x + p.W @ h_sum + p.b * len(states)) + remembered
+    return rj.tanh(c), c
+
+
 def vector_rnn_params(hidden, vocab_size, seed):
     """E, W and b of a small vector cell (child_mean's, and the CPU tests' that need no more)."""
     rng = np.random.default_rng(seed)

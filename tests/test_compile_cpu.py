@@ -12,8 +12,8 @@ from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
-                      nary_forests, scaled_rnn, scaled_rnn_params, scales, seeds,
-                      vector_rnn_params)
+                      gated_child_list, nary_forests, scaled_rnn, scaled_rnn_params, scales,
+                      seeds, vector_rnn_params)
 
 VOCAB = 50
 
@@ -241,6 +241,12 @@ def test_a_python_number_parameter_takes_the_arrays_dtype_as_in_numpy(number):
 def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(child_mean.run(forest, p), child_mean.reference(forest, p))
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(forest, seed):
+    p = vector_rnn_params(4, VOCAB, seed)
+    assert_same_result(gated_child_list.run(forest, p), gated_child_list.reference(forest, p))
 
 
 def gate(x, W, b=None, scale=1.0, *, act=rj.sigmoid):

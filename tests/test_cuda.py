@@ -25,7 +25,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
-    nary_forests, random_dags, scaled_rnn, scaled_rnn_params, seeds, vector_rnn_params, \
+    gated_child_list, nary_forests, random_dags, scaled_rnn, scaled_rnn_params, seeds, vector_rnn_params, \
     word_sequences
 from numba import cuda
 from numba.core import config
@@ -745,6 +745,14 @@ def test_the_mean_of_any_number_of_children_equals_reference(schedule):
     p = vector_rnn_params(HIDDEN, VOCAB, seed=6)
     assert_same_result(child_mean.run(forest, p, backend="cuda", schedule=schedule),
                        child_mean.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 6, (7, (1, 2, 3, 4, 5), 6)])
+    p = vector_rnn_params(HIDDEN, VOCAB, seed=7)
+    assert_same_result(gated_child_list.run(forest, p, backend="cuda", schedule=schedule),
+                       gated_child_list.reference(forest, p))
 
 
 def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():

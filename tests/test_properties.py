@@ -165,12 +165,30 @@ def returns_inside_the_children_loop(node, p):
     return p.E[node.word]
 
 
+@rj.recursive_model(arity=None)
+def indexes_the_childrens_states(node, p):
+    states = [indexes_the_childrens_states(child, p) for child in node.children]
+    if node.is_leaf:
+        return p.E[node.word]
+    return states[0]  # <- error
+
+
+@rj.recursive_model(arity=None)
+def enumerates_a_variable_number_of_children(node, p):
+    total = rj.zeros(3)
+    for k, child in enumerate(node.children):  # <- error
+        total = total + k * enumerates_a_variable_number_of_children(child, p)
+    return total
+
+
 @pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
                                    branches_on_a_field, reads_node_left_with_any_arity,
                                    reads_a_per_child_value_after_the_loop,
                                    overwrites_instead_of_summing,
                                    adds_the_same_value_for_every_child,
-                                   returns_inside_the_children_loop])
+                                   returns_inside_the_children_loop,
+                                   indexes_the_childrens_states,
+                                   enumerates_a_variable_number_of_children])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
     forest = rj.Forest.from_nested([(0, 1)])
     p = rj.Params(E=np.ones((5, 3)), W=np.ones((3, 3)))

@@ -55,11 +55,20 @@ class ChildLocal:
 
 
 class PerChild:
-    """A generator over `node.children` with a variable arity: one value per child, whose
-    only use is `sum(...)`."""
+    """With a variable arity, one value per child: a generator or list comprehension over
+    `node.children` (or over another `PerChild`), or `zip` of such. It is summed
+    (`sum(...)`), looped over in a loop that accumulates, or mapped to another `PerChild`;
+    `value` is what it is at any one child (`EACH`)."""
 
     def __init__(self, value):
         self.value = value
+
+
+# What a cell may do with node.children, and with a value per child, when their number varies.
+VARIABLE_CHILDREN = ("the number of children is known at run time only: node.children and a "
+                     "value per child are summed (`sum(...)`), mapped (`[f(c, p) for c in "
+                     "node.children]`, `zip(node.children, states)`) or looped over in a loop "
+                     "that accumulates `acc = acc + ...`, not indexed or enumerated")
 
 
 class ChildrenView:
@@ -229,10 +238,13 @@ class Interpreter:
         elif isinstance(node, ast.If):
             branch = node.body if self.concrete_bool(node.test, env) else node.orelse
             self.run_body(branch, env)
-        elif isinstance(node, ast.For) and self.over_each_child(node.iter, env):
-            self.child_loop(node, env)
         elif isinstance(node, ast.For):
-            for element in self.iterate(node.iter, env):
+            iterable = self.expr(node.iter, env)
+            each = self.each_child(iterable)
+            if each is not None:
+                self.child_loop(node, each, env)
+                return
+            for element in self.sequence(iterable, node.iter):
                 self.bind(node.target, element, env)
                 self.owned -= _names(node.target)
                 self.run_body(node.body, env)
@@ -325,16 +337,23 @@ class Interpreter:
                                "(node.is_leaf, node.num_children); branching on a field "
                                "value is not compiled", test)
 
-    def over_each_child(self, iterable, env):
-        """A loop over the children of a node whose number of children is not fixed."""
-        return self.builder.variable_arity and isinstance(self.expr(iterable, env), ChildrenView)
+    def each_child(self, iterable):
+        """What a loop over `iterable` takes at any one child, where it goes over the children
+        of a node whose number of children is not fixed (`node.children`, a `PerChild`);
+        else None."""
+        if not self.builder.variable_arity:
+            return None
+        if isinstance(iterable, ChildrenView):
+            return NodeView(EACH)
+        return iterable.value if isinstance(iterable, PerChild) else None
 
-    def child_loop(self, loop, env):
-        """`for c in node.children:` with a variable arity. The body runs once on a symbolic
-        child; a name it updates as `acc = acc + x` becomes `acc + child_sum(x)`, and a value
-        computed per child cannot be read after the loop."""
+    def child_loop(self, loop, each, env):
+        """`for c in node.children:` (or over a `PerChild`, as `for h in states:`) with a
+        variable arity. The body runs once, its target bound to `each`, the value at a
+        symbolic child; a name it updates as `acc = acc + x` becomes `acc + child_sum(x)`,
+        and a value computed per child cannot be read after the loop."""
         before = dict(env)
-        self.bind(loop.target, NodeView(EACH), env)
+        self.bind(loop.target, each, env)
         try:
             self.run_body(loop.body, env)
         except _Return:
@@ -384,12 +403,13 @@ class Interpreter:
         """The values a loop (or `zip`, `enumerate`) over `value` takes, known now."""
         if isinstance(value, ChildrenView):
             if self.builder.variable_arity:
-                raise self.unsupported("with arity=None, node.children is only summed over "
-                                       "(`sum(... for c in node.children)` or a loop that "
-                                       "accumulates `acc = acc + ...`)", node)
+                raise self.unsupported(f"with arity=None, {VARIABLE_CHILDREN}", node)
             return [NodeView(k) for k in range(self.builder.num_children)]
         if isinstance(value, (tuple, list, range)):
             return list(value)
+        if isinstance(value, PerChild):
+            raise self.unsupported(f"{_describe(value)}: with arity=None, {VARIABLE_CHILDREN}",
+                                   node)
         raise self.unsupported(f"cannot loop over {_describe(value)}", node)
 
     # expressions -----------------------------------------------------------------------
@@ -479,10 +499,10 @@ class Interpreter:
         if isinstance(node.slice, ast.Slice):
             return self.slice(base, node, env)
         index = self.expr(node.slice, env)
+        if isinstance(base, (ChildrenView, PerChild)) and self.builder.variable_arity:
+            raise self.unsupported(f"indexing {_describe(base)} needs a fixed arity; with "
+                                   f"arity=None, {VARIABLE_CHILDREN}", node)
         if isinstance(base, ChildrenView):
-            if self.builder.variable_arity:
-                raise self.unsupported("node.children[k] needs a fixed arity; with "
-                                       "arity=None, sum over node.children", node)
             count = self.builder.num_children
             if not isinstance(index, int) or not -count <= index < count:
                 raise self.unsupported(f"node.children[{index!r}] on a node with {count} "
@@ -609,10 +629,10 @@ class Interpreter:
 
     def expr_GeneratorExp(self, node, env):
         generator = node.generators[0]
-        if len(node.generators) == 1 and not generator.ifs and self.over_each_child(
-                generator.iter, env):
+        each = self.each_child(self.expr(generator.iter, env))
+        if each is not None and len(node.generators) == 1 and not generator.ifs:
             inner = dict(env)
-            self.bind(generator.target, NodeView(EACH), inner)
+            self.bind(generator.target, each, inner)
             return PerChild(self.expr(node.elt, inner))
         results = []
         self.comprehend(node, node.generators, dict(env), results)
@@ -674,9 +694,12 @@ class Interpreter:
         if function is builtins.sum:
             return self.sum(arguments, keywords, node)
         if function in (builtins.zip, builtins.enumerate):
+            each = [self.each_child(a) for a in arguments]
+            if function is builtins.zip and each and all(e is not None for e in each):
+                return PerChild(tuple(each))  # zip(node.children, states)
             return list(function(*(self.sequence(a, node) for a in arguments), **keywords))
-        if function is builtins.len and len(arguments) == 1 and isinstance(arguments[0],
-                                                                          ChildrenView):
+        if function is builtins.len and len(arguments) == 1 and isinstance(
+                arguments[0], (ChildrenView, PerChild)):
             count = self.builder.num_children
             return VariableCount() if count is None else count  # as node.num_children
         if function in (builtins.range, builtins.len, builtins.tuple, builtins.list):
@@ -826,14 +849,18 @@ def _describe(value):
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
     if isinstance(value, NodeView):
-        return "a node" if value.child is None else f"child {value.child}"
+        return ("a node" if value.child is None else "a child" if value.child == EACH
+                else f"child {value.child}")
+    if isinstance(value, (tuple, list)):
+        return (f"a {type(value).__name__} of {len(value)} "
+                f"({', '.join(_describe(item) for item in value)})")
     if isinstance(value, ChildrenView):
         return "node.children"
     if isinstance(value, ChildLocal):
         return (f"`{value.name}`, a value computed per child inside a loop over "
                 "node.children (it has no single value after the loop)")
     if isinstance(value, PerChild):
-        return "a value per child (only sum(...) of it is compiled)"
+        return "a value per child"
     if isinstance(value, VariableCount):
         return "node.num_children (not known at compile time with arity=None)"
     if isinstance(value, ParamsView):

@@ -740,19 +740,13 @@ def test_a_scalar_parameter_equals_reference(schedule):
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
-def test_the_mean_of_any_number_of_children_equals_reference(schedule):
+@pytest.mark.parametrize("model", [child_mean, gated_child_list],
+                         ids=["the mean of node.children", "lists of the children's states"])
+def test_a_cell_over_any_number_of_children_equals_reference(model, schedule):
     forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 6, (7, (1, 2, 3, 4, 5), 6)])
     p = vector_rnn_params(HIDDEN, VOCAB, seed=6)
-    assert_same_result(child_mean.run(forest, p, backend="cuda", schedule=schedule),
-                       child_mean.reference(forest, p))
-
-
-@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
-def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(schedule):
-    forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 6, (7, (1, 2, 3, 4, 5), 6)])
-    p = vector_rnn_params(HIDDEN, VOCAB, seed=7)
-    assert_same_result(gated_child_list.run(forest, p, backend="cuda", schedule=schedule),
-                       gated_child_list.reference(forest, p))
+    assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
+                       model.reference(forest, p))
 
 
 def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():

@@ -3,6 +3,7 @@ from .errors import (FallbackWarning, InputError, RecJitError, RecursionProperty
                      ScheduleError, ShapeError, UnsupportedError)
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
+from .ops import abs as abs  # rj.abs; not in __all__, so `import *` keeps Python's abs
 from .ops import concat, exp, log, maximum, minimum, ones, relu, sigmoid, split, tanh, zeros
 from .params import DeviceParams, Params
 from .reference import NodeView

@@ -2,6 +2,7 @@
 
 They give the decorated function its plain-Python meaning (the reference semantics); the
 frontend recognises them by identity and compiles them."""
+import builtins
 import contextlib
 import threading
 
@@ -30,6 +31,10 @@ def exp(x):
 
 def log(x):
     return _kept_weak(np.log(x), x)
+
+
+def abs(x):
+    return _kept_weak(np.abs(x), x)
 
 
 def maximum(a, b):
@@ -83,18 +88,20 @@ def filling(dtype):
         _filling.dtype = previous
 
 
-UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log"}
+UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log", abs: "abs"}
 BINARY = {maximum: "maximum", minimum: "minimum"}
 
-# NumPy's functions that a cell may call for rj's: the plain recursion runs them as written,
-# and a float32 array stays float32 through each. (np.zeros and np.ones are not among them:
-# they make float64 arrays, which would turn a float32 recursion into a float64 one.)
+# NumPy's functions (and Python's `abs`) that a cell may call for rj's: the plain recursion
+# runs them as written, and a float32 array stays float32 through each. (np.zeros and np.ones
+# are not among them: they make float64 arrays, which would turn a float32 recursion into a
+# float64 one.)
 NUMPY = ((np.tanh, tanh), (np.exp, exp), (np.log, log), (np.maximum, maximum),
-         (np.minimum, minimum), (np.concatenate, concat))
+         (np.minimum, minimum), (np.concatenate, concat), (np.abs, abs), (builtins.abs, abs))
 
 
 def as_cell_function(function):
-    """The rj function that NumPy's `function` stands for in a cell, else `function`."""
+    """The rj function that NumPy's (or Python's) `function` stands for in a cell, else
+    `function`."""
     for numpy_function, cell_function in NUMPY:
         if function is numpy_function:
             return cell_function

@@ -102,6 +102,15 @@ def scaled_rnn(node, p):
     return rj.tanh(p.W @ (scaled_rnn(node.left, p) + scaled_rnn(node.right, p)) + p.alpha)
 
 
+@rj.recursive_model(arity=2)
+def powered_rnn(node, p):
+    """Constant integer powers, `x ** k` (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return p.E[node.word] ** 2
+    hl, hr = powered_rnn(node.left, p), powered_rnn(node.right, p)
+    return rj.tanh(p.W @ hl ** 3 + hr ** 0 - p.alpha ** 2 / (1 + hr ** 2) ** -1)
+
+
 @rj.recursive_model(arity=None)
 def child_mean(node, p):
     """The mean of any number of children's states: `node.num_children` and

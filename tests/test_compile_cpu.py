@@ -12,8 +12,8 @@ from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
-                      gated_child_list, nary_forests, scaled_rnn, scaled_rnn_params, scales,
-                      seeds, vector_rnn_params)
+                      gated_child_list, nary_forests, powered_rnn, scaled_rnn,
+                      scaled_rnn_params, scales, seeds, vector_rnn_params)
 
 VOCAB = 50
 
@@ -462,7 +462,15 @@ def numpy_cell(node, p):
     if node.is_leaf:
         return np.tanh(p.E[node.word])
     h = np.concatenate([numpy_cell(node.left, p), numpy_cell(node.right, p)])
-    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + p.b * p.b)), 0.5))
+    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + np.abs(p.b))), 0.5))
+
+
+@rj.recursive_model(arity=2)
+def python_abs_cell(node, p):
+    if node.is_leaf:
+        return np.tanh(p.E[node.word])
+    h = np.concatenate([python_abs_cell(node.left, p), python_abs_cell(node.right, p)])
+    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + abs(p.b))), 0.5))
 
 
 @rj.recursive_model(arity=2)
@@ -470,14 +478,24 @@ def rj_cell(node, p):
     if node.is_leaf:
         return rj.tanh(p.E[node.word])
     h = rj.concat([rj_cell(node.left, p), rj_cell(node.right, p)])
-    return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + p.b * p.b)), 0.5))
+    return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + rj.abs(p.b))), 0.5))
 
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)
-def test_numpys_tanh_exp_log_maximum_minimum_and_concatenate_compile_as_rjs(forest, seed):
+def test_numpys_tanh_exp_log_abs_maximum_minimum_and_concatenate_compile_as_rjs(forest, seed):
     rng = np.random.default_rng(seed)
     p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 8)) / 2,
                   b=rng.normal(size=4))
     assert_same_result(numpy_cell.run(forest, p), numpy_cell.reference(forest, p))
-    assert (numpy_cell.kernel_source("cpu").replace("numpy_cell", "cell")
-            == rj_cell.kernel_source("cpu", forest, p).replace("rj_cell", "cell"))
+    expected = rj_cell.kernel_source("cpu", forest, p).replace("rj_cell", "cell")
+    assert numpy_cell.kernel_source("cpu").replace("numpy_cell", "cell") == expected
+    assert python_abs_cell.kernel_source("cpu", forest, p).replace(
+        "python_abs_cell", "cell") == expected
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_integer_powers_equal_reference_and_compile_to_products(forest, seed):
+    p = scaled_rnn_params(4, VOCAB, seed)
+    assert_same_result(powered_rnn.run(forest, p), powered_rnn.reference(forest, p))
+    source = powered_rnn.kernel_source("cpu")
+    assert "**" not in source and "pow(" not in source and "power(" not in source

@@ -25,7 +25,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
-    gated_child_list, nary_forests, random_dags, scaled_rnn, scaled_rnn_params, seeds, vector_rnn_params, \
+    gated_child_list, nary_forests, powered_rnn, random_dags, scaled_rnn, scaled_rnn_params, seeds, vector_rnn_params, \
     word_sequences
 from numba import cuda
 from numba.core import config
@@ -747,6 +747,23 @@ def test_a_cell_over_any_number_of_children_equals_reference(model, schedule):
     p = vector_rnn_params(HIDDEN, VOCAB, seed=6)
     assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
                        model.reference(forest, p))
+
+
+@rj.recursive_model(arity=2)
+def absolute_rnn(node, p):
+    """Python's, NumPy's and rj's abs."""
+    if node.is_leaf:
+        return abs(p.E[node.word])
+    return rj.tanh(p.W @ np.abs(absolute_rnn(node.left, p)) - rj.abs(absolute_rnn(node.right, p)))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_integer_powers_and_abs_equal_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = scaled_rnn_params(HIDDEN, VOCAB, seed=5)
+    for model in (powered_rnn, absolute_rnn):
+        assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
+                           model.reference(forest, p))
 
 
 def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():

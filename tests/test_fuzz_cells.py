@@ -16,7 +16,7 @@ from conftest import assert_same_result, binary_forests, nary_forests
 
 HIDDEN, VOCAB = 3, 8
 MODULES = tempfile.mkdtemp(prefix="recjit-fuzz-cells-")
-FUNCTIONS = ("rj.tanh", "rj.sigmoid", "rj.relu")
+FUNCTIONS = ("rj.tanh", "rj.sigmoid", "rj.relu", "rj.abs", "abs")
 OPERATORS = ("+", "-", "*")
 # A mistake: (what the cell function gets, where: "body" adds a line before the internal
 # case's return, "left" replaces the left child's call).
@@ -45,7 +45,7 @@ def expressions(draw, atoms, depth=3):
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from(atoms))
     kind = draw(st.sampled_from(["function", "operator", "product", "scaled", "divided",
-                                 "softplus", "bounded", "negated", "rotated"]))
+                                 "softplus", "bounded", "negated", "rotated", "powered"]))
     inner = draw(expressions(atoms, depth - 1))
     if kind == "scaled":  # by a scalar parameter
         return f"({inner} * p.s)"
@@ -55,6 +55,8 @@ def expressions(draw, atoms, depth=3):
         return f"rj.log(1.0 + rj.exp(-rj.relu({inner})))"
     if kind == "bounded":
         return f"{draw(st.sampled_from(['rj.maximum', 'rj.minimum']))}({inner}, 0.25)"
+    if kind == "powered":  # of a bounded value, so that the powers stay finite
+        return f"(rj.tanh({inner}) ** {draw(st.integers(0, 3))})"
     if kind == "negated":
         return f"(2 - -{inner})"
     if kind == "rotated":  # slices and a concatenation

@@ -64,7 +64,7 @@ def sigmoid(x):
 '''
 
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
-         "log": "np.log({})", "relu": "max({}, real(0.0))", "neg": "-{}",
+         "log": "np.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
 
 

@@ -35,7 +35,7 @@ def sigmoid(x):
 '''
 
 CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
-         "log": "math.log({})", "relu": "max({}, real(0.0))", "neg": "-{}",
+         "log": "math.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
 
 expression = PythonExpressions(CALLS)

@@ -22,7 +22,9 @@ MAX_INLINE_DEPTH = 20
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 PYTHON_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
                     ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
-                    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b}
+                    ast.FloorDiv: lambda a, b: a // b, ast.Mod: lambda a, b: a % b,
+                    ast.Pow: lambda a, b: a ** b}
+MAX_POWER = 8  # `x ** k`: the largest |k|, as k - 1 products
 COMPARISONS = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
                ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
                ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
@@ -547,11 +549,31 @@ class Interpreter:
         line = self.source.lineno(node)
         if isinstance(operator, ast.MatMult):
             return self.matmul(left, right, node)
+        if isinstance(operator, ast.Pow):
+            return self.power(left, right, node)
         if type(operator) not in BINARY_OPERATORS:
             raise self.unsupported(f"operator `{type(operator).__name__}` is not part of the "
                                    "cell language", node)
         return self.elementwise("binary", BINARY_OPERATORS[type(operator)], left, right, node,
                                 line)
+
+    def power(self, base, exponent, node):
+        """`x ** k` for a constant integer k: x · x · … (NumPy computes x ** 2 as x · x too),
+        one over that for k < 0, ones for k = 0."""
+        whole = isinstance(exponent, (int, float)) and not isinstance(exponent, bool) and (
+            float(exponent).is_integer())
+        if not whole or abs(exponent) > MAX_POWER:
+            raise self.unsupported(f"`**` takes a constant integer exponent from -{MAX_POWER} "
+                                   f"to {MAX_POWER}, not {_describe(exponent)} (write "
+                                   "rj.exp(k * rj.log(x)) for others)", node)
+        tensor = self.builder.tensor(base, self.source, node)
+        if exponent == 0:
+            return self.builder.emit("fill" if tensor.shape else "const", (), (1.0,),
+                                     tensor.shape, self.source.lineno(node))
+        result = tensor
+        for _ in range(int(abs(exponent)) - 1):
+            result = self.binary(ast.Mult(), result, tensor, node)
+        return self.binary(ast.Div(), 1.0, result, node) if exponent < 0 else result
 
     def elementwise(self, kind, function, left, right, node, line):
         left = self.builder.tensor(left, self.source, node)
@@ -668,9 +690,10 @@ class Interpreter:
                 or is_user_helper(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
-                                   "rj.maximum, rj.minimum, rj.split, rj.concat, rj.zeros, "
-                                   "rj.ones, sum, NumPy's tanh, exp, log, maximum, minimum or "
-                                   "concatenate, or a helper function)", node)
+                                   "rj.abs, rj.maximum, rj.minimum, rj.split, rj.concat, "
+                                   "rj.zeros, rj.ones, sum, abs, NumPy's tanh, exp, log, abs, "
+                                   "maximum, minimum or concatenate, or a helper function)",
+                                   node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)
         arguments = [self.expr(a, env) for a in node.args]

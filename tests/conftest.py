@@ -126,16 +126,16 @@ def child_mean(node, p):
 @rj.recursive_model(arity=None)
 def gated_child_list(node, p):
     """A child-sum cell written with lists of the children's states, as people port them:
-    a comprehension of the recursive calls, another of a gate per child, a `zip` of both
-    (the CPU and CUDA tests')."""
+    a comprehension of the recursive calls, another of a gate per child, a `zip` of both,
+    and the children's mean, safe at a leaf with Python's `max` (the CPU and CUDA tests')."""
     states = [gated_child_list(child, p) for child in node.children]
     gates = [rj.sigmoid(p.W @ h) for h, _ in states]
     remembered = rj.zeros(p.b.shape)
     for gate, (_, c) in zip(gates, states):
         remembered = remembered + gate * c
     x = p.E[node.word] if node.is_leaf else 0
-    h_sum = sum((h for h, _ in states), rj.zeros(p.b.shape))
-    c = rj.tanh(x + p.W @ h_sum + p.b * len(states)) + remembered
+    h_mean = sum((h for h, _ in states), rj.zeros(p.b.shape)) / max(len(states), 1)
+    c = rj.tanh(x + p.W @ h_mean + p.b * len(states)) + remembered
     return rj.tanh(c), c
 
 

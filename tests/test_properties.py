@@ -188,6 +188,14 @@ def raises_to_a_fractional_power(node, p):
     return raises_to_a_fractional_power(node.left, p) ** 0.5  # <- error
 
 
+@rj.recursive_model(arity=2)
+def takes_the_max_of_two_vectors(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return max(takes_the_max_of_two_vectors(node.left, p),  # <- error
+               takes_the_max_of_two_vectors(node.right, p))
+
+
 @pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
                                    branches_on_a_field, reads_node_left_with_any_arity,
                                    reads_a_per_child_value_after_the_loop,
@@ -196,7 +204,8 @@ def raises_to_a_fractional_power(node, p):
                                    returns_inside_the_children_loop,
                                    indexes_the_childrens_states,
                                    enumerates_a_variable_number_of_children,
-                                   raises_to_a_fractional_power])
+                                   raises_to_a_fractional_power,
+                                   takes_the_max_of_two_vectors])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):
     forest = rj.Forest.from_nested([(0, 1)])
     p = rj.Params(E=np.ones((5, 3)), W=np.ones((3, 3)))

@@ -716,6 +716,8 @@ class Interpreter:
             return self.fill(0.0 if function is ops.zeros else 1.0, arguments, keywords, node)
         if function is builtins.sum:
             return self.sum(arguments, keywords, node)
+        if function in (builtins.max, builtins.min):
+            return self.max_or_min(function, arguments, keywords, node)
         if function in (builtins.zip, builtins.enumerate):
             each = [self.each_child(a) for a in arguments]
             if function is builtins.zip and each and all(e is not None for e in each):
@@ -798,6 +800,24 @@ class Interpreter:
             total = self.binary(ast.Add(), total, item, node)
         return total
 
+    def max_or_min(self, function, arguments, keywords, node):
+        """Python's max and min of numbers: constants, `node.num_children` (`total /
+        max(node.num_children, 1)`), scalar parameters; of vectors they raise in the plain
+        recursion."""
+        if keywords or len(arguments) < 2 or not all(
+                _is_number(a) or isinstance(a, VariableCount) or getattr(a, "shape", None) == ()
+                for a in arguments):
+            raise self.unsupported(f"{function.__name__} takes two or more numbers "
+                                   f"(node.num_children, a scalar parameter); of vectors, use "
+                                   f"rj.{function.__name__}imum", node)
+        if all(_is_number(a) for a in arguments):
+            return function(arguments)
+        total = arguments[0]
+        for argument in arguments[1:]:
+            total = self.elementwise("binary", f"{function.__name__}imum", total, argument,
+                                     node, self.source.lineno(node))
+        return total
+
     def inline(self, function, arguments, keywords, node):
         if self.depth >= MAX_INLINE_DEPTH:
             raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
@@ -854,7 +874,8 @@ def accumulators(body):
 _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.concat, ops.zeros, ops.ones,
                          builtins.sum)
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
-                   builtins.tuple, builtins.list, builtins.zip, builtins.enumerate)
+                   builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
+                   builtins.max, builtins.min)
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 

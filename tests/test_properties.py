@@ -70,7 +70,31 @@ def loops_over_a_tensor(node, p):
     return total
 
 
+@rj.recursive_model(arity=2)
+def recurses_on_a_state_zipped_with_its_child(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    states = [recurses_on_a_state_zipped_with_its_child(c, p) for c in node.children]
+    total = p.b
+    for child, state in zip(node.children, states):
+        total = total + recurses_on_a_state_zipped_with_its_child(state, p)  # <- error
+    return total
+
+
+@rj.recursive_model(arity=2)
+def passes_a_gate_zipped_with_its_child_on(node, p, scale):
+    if node.is_leaf:
+        return p.E[node.word] * scale
+    gates = [rj.sigmoid(p.b), rj.tanh(p.b)]
+    total = p.b
+    for child, gate in zip(node.children, gates):
+        total = total + passes_a_gate_zipped_with_its_child_on(child, p, gate)  # <- error
+    return total
+
+
 @pytest.mark.parametrize("model, prop", [
+    (recurses_on_a_state_zipped_with_its_child, "P.3"),
+    (passes_a_gate_zipped_with_its_child_on, "P.2"),
     (branches_on_a_tensor_element, "P.1"),
     (loops_over_a_tensor, "P.1"),
     (branches_on_a_call_result, "P.1"),
@@ -85,6 +109,37 @@ def test_a_property_violation_names_the_property_file_and_line(model, prop):
     assert info.value.lineno == marked_line(model)
     assert info.value.filename == __file__
     assert f"{__file__}:{marked_line(model)}" in str(info.value)
+
+
+@rj.recursive_model(arity=2)
+def zips_children_with_gates(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    gates = [rj.sigmoid(p.W @ p.b), rj.tanh(p.b)]
+    total = p.b
+    for child, gate in zip(node.children, gates):
+        total = total + gate * zips_children_with_gates(child, p)
+    return rj.tanh(total)
+
+
+@rj.recursive_model(arity=2)
+def pairs_a_child_with_a_gate(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    child, gate = node.left, rj.sigmoid(p.W @ p.b)
+    return rj.tanh(gate * pairs_a_child_with_a_gate(child, p)
+                   + pairs_a_child_with_a_gate(node.right, p))
+
+
+@pytest.mark.parametrize("model", [zips_children_with_gates, pairs_a_child_with_a_gate])
+def test_a_child_paired_with_a_value_computed_in_the_node_is_still_a_child(model):
+    """Only the child is the recursive call's argument: the value beside it in the tuple
+    (a gate, a state) does not make that argument computed."""
+    forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 0))])
+    rng = np.random.default_rng(0)
+    p = rj.Params(E=rng.normal(size=(5, 3)), W=rng.normal(size=(3, 3)), b=rng.normal(size=3))
+    np.testing.assert_allclose(model.run(forest, p).nodes[0], model.reference(forest, p).nodes[0],
+                               rtol=1e-12, atol=1e-12)
 
 
 def test_run_refuses_a_violation_before_any_kernel_runs():

@@ -7,7 +7,7 @@ argument is computed in the node breaks P.2, or P.3 when it comes from another c
 import ast
 import builtins
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .. import ops
 from ..errors import RecursionPropertyError, UnsupportedError
@@ -32,8 +32,12 @@ class Abstract:
 
     deps: frozenset = frozenset()
     role: str = ""  # "node", "child", "children", "params", "sequence" or ""
+    parts: tuple = ()  # a tuple's: what each of its values depends on
+    element: object = None  # zip's and enumerate's: what one element (a tuple) depends on
 
     def join(self, other):
+        """Either value (after an `if`, around a loop): what both depend on, their parts
+        joined into one."""
         return Abstract(self.deps | other.deps, self.role if self.role == other.role else "")
 
     @property
@@ -125,6 +129,11 @@ class PropertyChecker:
         if isinstance(target, ast.Name):
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
+            if len(value.parts) == len(target.elts) and not any(
+                    isinstance(element, ast.Starred) for element in target.elts):
+                for element, part in zip(target.elts, value.parts):  # `c, g = child, gate`
+                    self.bind(element, part, env)
+                return
             for element in target.elts:
                 self.bind(element.value if isinstance(element, ast.Starred) else element,
                           Abstract(value.deps, "child" if value.role == "child" else ""), env)
@@ -220,7 +229,12 @@ class PropertyChecker:
         if isinstance(iterable, (ast.Tuple, ast.List)):
             elements = [self.expr(item, env) for item in iterable.elts]
             return functools.reduce(Abstract.join, elements) if elements else NOTHING
-        value = self.expr(iterable, env)
+        return self.element_of(self.expr(iterable, env), iterable)
+
+    def element_of(self, value, iterable):
+        """What one element of `value`, the value of `iterable`, depends on."""
+        if value.element is not None:
+            return value.element
         if value.role == "sequence":
             return Abstract(value.deps)
         if value.role == "children":  # node.children, or zip or enumerate over them
@@ -248,7 +262,8 @@ class PropertyChecker:
 
     def expr_Tuple(self, node, env):
         elements = [self.expr(element, env) for element in node.elts]
-        return Abstract(functools.reduce(Abstract.join, elements, NOTHING).deps, "sequence")
+        return Abstract(functools.reduce(Abstract.join, elements, NOTHING).deps, "sequence",
+                        parts=tuple(elements))
 
     expr_List = expr_Tuple
 
@@ -271,8 +286,11 @@ class PropertyChecker:
                 argument.role in ("sequence", "children") or not argument.data
                 for argument in arguments):  # as many values as its shortest argument has
             deps = functools.reduce(Abstract.join, arguments, NOTHING).deps
-            children = any(argument.role == "children" for argument in arguments)
-            return Abstract(deps, "children" if children else "sequence")
+            role = ("children" if any(argument.role == "children" for argument in arguments)
+                    else "sequence")
+            return Abstract(deps, role, element=replace(
+                self.element_of(Abstract(deps, role), node),
+                parts=self.zipped_parts(function, arguments, node.args)))
         if isinstance(node.func, ast.Attribute):
             self.expr(node.func.value, env)
         value = NOTHING
@@ -282,6 +300,16 @@ class PropertyChecker:
         if any(elementwise is known for known in (*ops.UNARY, *ops.BINARY)) or value.data:
             return Abstract(value.deps | {COMPUTED})
         return Abstract(value.deps)
+
+    def zipped_parts(self, function, arguments, syntax):
+        """What each value of one of zip's (enumerate's) tuples depends on, so that a child
+        paired with a value computed for it (`zip(node.children, gates)`) stays a child."""
+        if any(isinstance(argument, ast.Starred) for argument in syntax):
+            return ()
+        if function is builtins.enumerate:
+            return ((Abstract(frozenset({STRUCTURE})), self.element_of(arguments[0], syntax[0]))
+                    if arguments else ())
+        return tuple(self.element_of(argument, item) for argument, item in zip(arguments, syntax))
 
     def recursive_call(self, node, arguments):
         for argument, syntax in zip(arguments, node.args):

@@ -92,8 +92,20 @@ def passes_a_gate_zipped_with_its_child_on(node, p, scale):
     return total
 
 
+@rj.recursive_model(arity=2)
+def recurses_on_a_state_paired_with_its_child(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    pairs = [(c, recurses_on_a_state_paired_with_its_child(c, p)) for c in node.children]
+    total = p.b
+    for child, state in pairs:
+        total = total + recurses_on_a_state_paired_with_its_child(state, p)  # <- error
+    return total
+
+
 @pytest.mark.parametrize("model, prop", [
     (recurses_on_a_state_zipped_with_its_child, "P.3"),
+    (recurses_on_a_state_paired_with_its_child, "P.3"),
     (passes_a_gate_zipped_with_its_child_on, "P.2"),
     (branches_on_a_tensor_element, "P.1"),
     (loops_over_a_tensor, "P.1"),
@@ -131,7 +143,27 @@ def pairs_a_child_with_a_gate(node, p):
                    + pairs_a_child_with_a_gate(node.right, p))
 
 
-@pytest.mark.parametrize("model", [zips_children_with_gates, pairs_a_child_with_a_gate])
+@rj.recursive_model(arity=2)
+def unpacks_the_children(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    left, right = node.children
+    return rj.tanh(p.W @ unpacks_the_children(left, p) + unpacks_the_children(right, p))
+
+
+@rj.recursive_model(arity=2)
+def lists_children_with_gates_in_reverse(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    pairs = [(child, rj.sigmoid(p.W @ p.b)) for child in node.children[::-1]]
+    total = p.b
+    for child, gate in pairs:
+        total = p.W @ total + gate * lists_children_with_gates_in_reverse(child, p)
+    return rj.tanh(total)
+
+
+@pytest.mark.parametrize("model", [zips_children_with_gates, pairs_a_child_with_a_gate,
+                                   unpacks_the_children, lists_children_with_gates_in_reverse])
 def test_a_child_paired_with_a_value_computed_in_the_node_is_still_a_child(model):
     """Only the child is the recursive call's argument: the value beside it in the tuple
     (a gate, a state) does not make that argument computed."""

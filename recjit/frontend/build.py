@@ -323,6 +323,8 @@ class Interpreter:
         if isinstance(target, ast.Name):
             env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
+            if isinstance(value, ChildrenView):  # `left, right = node.children`
+                value = self.sequence(value, target)
             if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
                 raise self.unsupported(f"cannot unpack {_describe(value)} into "
                                        f"{len(target.elts)} names", target)
@@ -524,6 +526,13 @@ class Interpreter:
                                "field, or slice a vector)", node)
 
     def slice(self, base, node, env):
+        if isinstance(base, ChildrenView):  # `node.children[::-1]`, with a fixed arity
+            bounds = [None if b is None else self.expr(b, env)
+                      for b in (node.slice.lower, node.slice.upper, node.slice.step)]
+            if not all(b is None or isinstance(b, int) for b in bounds) or bounds[2] == 0:
+                raise self.unsupported("node.children is sliced with constant bounds and a "
+                                       "step other than 0", node)
+            return self.sequence(base, node)[slice(*bounds)]
         tensor = self.builder.tensor(base, self.source, node)
         bounds = node.slice
         start = 0 if bounds.lower is None else self.expr(bounds.lower, env)

@@ -134,9 +134,10 @@ class PropertyChecker:
                 for element, part in zip(target.elts, value.parts):  # `c, g = child, gate`
                     self.bind(element, part, env)
                 return
+            role = "child" if value.role in ("child", "children") else ""  # `l, r = node.children`
             for element in target.elts:
                 self.bind(element.value if isinstance(element, ast.Starred) else element,
-                          Abstract(value.deps, "child" if value.role == "child" else ""), env)
+                          Abstract(value.deps, role), env)
 
     def condition(self, test, env):
         value = self.expr(test, env)
@@ -203,8 +204,17 @@ class PropertyChecker:
     def expr_Subscript(self, node, env):
         base = self.expr(node.value, env)
         index = self.expr(node.slice, env)
-        if base.role == "children":
-            return Abstract(frozenset({STRUCTURE}) | index.deps, "child")
+        sliced = isinstance(node.slice, ast.Slice)
+        if base.role == "children":  # a child, or some of the children (`[::-1]`)
+            return Abstract(frozenset({STRUCTURE}) | index.deps, "children" if sliced else "child")
+        if base.role == "sequence" and not index.data:  # `states[0]`, `kids[1:]`
+            element = self.element_of(base, node.value)
+            if sliced:
+                return Abstract(base.deps | index.deps, "sequence", element=element)
+            position = node.slice.value if isinstance(node.slice, ast.Constant) else None
+            if isinstance(position, int) and -len(base.parts) <= position < len(base.parts):
+                return base.parts[position]
+            return element
         value = base.join(index)
         if base.data:
             return Abstract(value.deps | {COMPUTED})
@@ -235,6 +245,8 @@ class PropertyChecker:
         """What one element of `value`, the value of `iterable`, depends on."""
         if value.element is not None:
             return value.element
+        if value.role == "sequence" and value.parts:  # a tuple or list: any of its values
+            return functools.reduce(Abstract.join, value.parts)
         if value.role == "sequence":
             return Abstract(value.deps)
         if value.role == "children":  # node.children, or zip or enumerate over them
@@ -258,7 +270,8 @@ class PropertyChecker:
     def expr_ListComp(self, node, env):
         """A list of as many values as its loops run, which structure decides: a loop over
         it runs a fixed number of times, whatever its values hold."""
-        return Abstract(self.expr_GeneratorExp(node, env).deps, "sequence")
+        element = self.expr_GeneratorExp(node, env)
+        return Abstract(element.deps, "sequence", element=element)
 
     def expr_Tuple(self, node, env):
         elements = [self.expr(element, env) for element in node.elts]

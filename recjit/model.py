@@ -1,6 +1,7 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
 import functools
+import inspect
 import threading
 from dataclasses import dataclass
 
@@ -179,11 +180,22 @@ class RecursiveModel:
         context = tuple(context)
         if isinstance(p, WithContext) and not context:
             return p  # bound already, by the method that called this one
+        context = self.with_defaults(names, context)
         if len(context) != len(names):
             wanted = ", ".join(names) if names else "none"
             raise InputError(f"{self.__name__} takes {len(names)} context argument(s) after "
                              f"the parameters ({wanted}); context= gave {len(context)}")
         return WithContext(p, dict(zip(names, context))) if names else p
+
+    def with_defaults(self, names, context):
+        """`context` followed by the defaults of the context arguments it leaves out
+        (`def cell(node, p, scale=2.0)`), as a plain call of the cell takes them."""
+        if len(context) >= len(names):
+            return context
+        signature = inspect.signature(self.function).parameters
+        defaults = tuple(signature[name].default for name in names[len(context):])
+        missing = any(default is inspect.Parameter.empty for default in defaults)
+        return context if missing else context + defaults
 
     def compile(self, forest, p, backend="cpu", schedule=None, context=()):
         """The compiled kernel for this forest's fields and these parameters' shapes (and,
@@ -335,6 +347,7 @@ class RecursiveModel:
         if linearized_check.num_nodes == 0:
             return self._empty_result(self.compile(forest, p, context=context).cell)
         analysis = self.analyse()
+        context = self.with_defaults(analysis.usage.context, tuple(context))
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
         for name in analysis.parameters:
             if getattr(bound, name, None) is None:

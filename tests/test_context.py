@@ -43,6 +43,17 @@ def swapped(node, p, a, b):
     return rj.tanh(p.W @ (swapped(node.left, p, b, a) + swapped(node.right, p, a, b)))
 
 
+DEFAULT_BIAS = np.ones(HIDDEN)
+
+
+@rj.recursive_model(arity=2)
+def scaled_by_default(node, p, scale=0.5, bias=DEFAULT_BIAS):
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word] * scale + bias)
+    children = scaled_by_default(node.left, p, scale, bias)
+    return rj.tanh(p.W @ (children + scaled_by_default(node.right, p, scale, bias)) * scale)
+
+
 def params(seed):
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)),
@@ -134,3 +145,15 @@ def test_a_python_number_context_argument_takes_the_parameters_dtype():
     expected = gated_sum.reference(forest, single, context=(0.5,))
     assert result.roots[0].dtype == expected.roots[0].dtype == np.float32
     assert_same_result(result, expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize("context", [(), (2.0,), (2.0, np.zeros(HIDDEN))],
+                         ids=["both defaults", "one default", "no default"])
+def test_context_arguments_left_out_take_the_cells_defaults(context):
+    """As a plain call of the cell does: `run(forest, p)` runs `scale=0.5`."""
+    forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
+    p = params(5)
+    result = scaled_by_default.run(forest, p, context=context)
+    assert_same_result(result, scaled_by_default.reference(forest, p, context=context))
+    root = scaled_by_default(rj.NodeView(forest, int(forest.roots[0])), p, *context)
+    np.testing.assert_allclose(result.roots[0][0], root, rtol=1e-12)

@@ -53,8 +53,9 @@ class NodeView:
         if name not in fields:
             raise InputError(f"the forest has no field {name!r}; its fields are {sorted(fields)}")
         value = fields[name][self.index]
-        return int(value) if np.ndim(value) == 0 and np.asarray(value).dtype.kind in "iu" \
-            else value
+        if np.ndim(value) == 0:  # an index, or a number that takes the parameters' dtype
+            return int(value) if np.asarray(value).dtype.kind in "iu" else float(value)
+        return value
 
     def __repr__(self):
         return f"NodeView({self.index})"

@@ -94,6 +94,23 @@ def word_sequences(draw, vocab_size=50, max_length=300, max_sequences=4):
                                                                           sum(lengths))})
 
 
+@rj.recursive_model(kind="sequence")
+def time_aware_rnn(step, p):
+    """A float scalar field, a number per step (`step.dt`): the CPU and CUDA tests'."""
+    decay = rj.exp(-step.dt * p.alpha * p.alpha)
+    if step.is_leaf:
+        return rj.tanh(p.E[step.word]) * decay
+    h = time_aware_rnn(step.children[0], p)
+    return rj.tanh(p.W @ (h * decay) + p.E[step.word] + step.dt)
+
+
+def with_time_steps(forest, seed):
+    """`forest` with a field `dt` of one number in [0, 2) per node."""
+    dt = np.random.default_rng(seed).uniform(0, 2, forest.num_nodes)
+    return rj.Forest(forest.child_ptr, forest.child_idx, forest.roots, kind=forest.kind,
+                     fields={**forest.fields, "dt": dt})
+
+
 @rj.recursive_model(arity=2)
 def scaled_rnn(node, p):
     """A scalar parameter scales a vector and is added to one (the CPU and CUDA tests')."""

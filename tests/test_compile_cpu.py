@@ -13,7 +13,8 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
                       gated_child_list, nary_forests, powered_rnn, scaled_rnn,
-                      scaled_rnn_params, scales, seeds, vector_rnn_params)
+                      scaled_rnn_params, scales, seeds, time_aware_rnn, vector_rnn_params,
+                      with_time_steps, word_sequences)
 
 VOCAB = 50
 
@@ -247,6 +248,12 @@ def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
 def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(gated_child_list.run(forest, p), gated_child_list.reference(forest, p))
+
+
+@given(word_sequences(VOCAB, max_length=40), seeds)
+def test_a_float_scalar_field_is_a_number_per_node(forest, seed):
+    forest, p = with_time_steps(forest, seed), scaled_rnn_params(4, VOCAB, seed)
+    assert_same_result(time_aware_rnn.run(forest, p), time_aware_rnn.reference(forest, p))
 
 
 def gate(x, W, b=None, scale=1.0, *, act=rj.sigmoid):

@@ -25,8 +25,8 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
-    gated_child_list, nary_forests, powered_rnn, random_dags, scaled_rnn, scaled_rnn_params, seeds, vector_rnn_params, \
-    word_sequences
+    gated_child_list, nary_forests, powered_rnn, random_dags, scaled_rnn, scaled_rnn_params, \
+    seeds, time_aware_rnn, vector_rnn_params, with_time_steps, word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -764,6 +764,19 @@ def test_integer_powers_and_abs_equal_reference(schedule):
     for model in (powered_rnn, absolute_rnn):
         assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
                            model.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_a_float_scalar_field_is_a_number_per_node_on_the_host_or_the_gpu(schedule):
+    forest = with_time_steps(rj.Forest.from_sequences([5, 3], fields={"word": np.arange(8)}),
+                             seed=2)
+    on_gpu = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots, kind=forest.kind,
+                       fields={**forest.fields, "dt": cuda.to_device(forest.fields["dt"])})
+    p = scaled_rnn_params(HIDDEN, VOCAB, seed=2)
+    expected = time_aware_rnn.reference(forest, p)
+    for given_forest in (forest, on_gpu):
+        assert_same_result(time_aware_rnn.run(given_forest, p, backend="cuda",
+                                              schedule=schedule), expected)
 
 
 def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():

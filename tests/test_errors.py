@@ -82,8 +82,9 @@ def test_parameters_in_a_dict_are_refused_with_what_to_pass_instead():
 
 def test_a_float_index_field_is_refused_naming_the_field_and_the_line():
     forest = rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"word": [0.0, 1.0, 2.0]})
-    with pytest.raises(rj.RecJitError, match="tree_lstm.py:13: scalar field 'word' must hold "
-                                             "integers"):
+    with pytest.raises(rj.UnsupportedError, match="tree_lstm.py:13: scalar field 'word' holds "
+                                                  "floats; a row of parameter 'E' is gathered "
+                                                  "by a field of integer indices"):
         tree_lstm.run(forest, make_params(4, 10, "float64"))
 
 

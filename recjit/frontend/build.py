@@ -487,11 +487,11 @@ class Interpreter:
                              f"{self.source.filename}:{self.source.lineno(node)}); its fields "
                              f"are {sorted(self.builder.field_specs)}")
         shape, dtype = spec
-        if shape == ():
-            if np.dtype(dtype).kind not in "iu":
-                raise self.unsupported(f"scalar field {node.attr!r} must hold integers "
-                                       "(indices); vector fields hold data", node)
+        if shape == () and np.dtype(dtype).kind in "iu":  # an index: `p.E[node.word]`
             return NodeField(node.attr)
+        if shape == () and np.dtype(dtype).kind != "f":
+            raise self.unsupported(f"scalar field {node.attr!r} holds {np.dtype(dtype)}; a "
+                                   "scalar field holds integer indices or float numbers", node)
         if np.dtype(dtype).kind not in "biuf":
             raise InputError(f"vector field {node.attr!r} holds {np.dtype(dtype)} (read at "
                              f"{self.source.filename}:{self.source.lineno(node)}); a vector "
@@ -512,6 +512,12 @@ class Interpreter:
                 raise self.unsupported(f"node.children[{index!r}] on a node with {count} "
                                        "children", node)
             return NodeView(index % count)
+        if isinstance(base, ParamArray) and isinstance(index, Tensor) and index.shape == () \
+                and self.builder.ops[index.index].kind == "field":
+            field = self.builder.ops[index.index].attrs[0]
+            raise self.unsupported(f"scalar field {field!r} holds floats; a row of parameter "
+                                   f"{base.name!r} is gathered by a field of integer indices",
+                                   node)
         if isinstance(base, ParamArray) and isinstance(index, NodeField):
             if len(base.shape) == 0:
                 raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "

@@ -35,7 +35,8 @@ def forest_arguments(kernel, linearized):
         if name in linearized.unpermuted:
             arrays[field_name(name)] = values  # a GPU array, for the CUDA backend to reorder
             continue
-        dtype = np.int64 if values.ndim == 1 else np.dtype(kernel.dtype)  # indices; data
+        index = values.ndim == 1 and values.dtype.kind in "iu"  # `node.word`, else data
+        dtype = np.int64 if index else np.dtype(kernel.dtype)
         arrays[field_name(name)] = np.ascontiguousarray(values, dtype=dtype)
     return scalars, arrays
 

@@ -4,7 +4,8 @@ from .errors import (FallbackWarning, InputError, RecJitError, RecursionProperty
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
 from .ops import abs as abs  # rj.abs; not in __all__, so `import *` keeps Python's abs
-from .ops import concat, exp, log, maximum, minimum, ones, relu, sigmoid, split, tanh, zeros
+from .ops import (concat, exp, log, maximum, minimum, ones, relu, sigmoid, split, sqrt, tanh,
+                  zeros)
 from .params import DeviceParams, Params
 from .reference import NodeView
 from .result import Result
@@ -15,4 +16,5 @@ __version__ = "0.1.0"
 __all__ = ["DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params",
            "RecJitError", "RecursionPropertyError", "RecursiveModel", "Result", "Schedule",
            "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log", "maximum",
-           "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "tanh", "zeros"]
+           "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt", "tanh",
+           "zeros"]

@@ -33,6 +33,10 @@ def log(x):
     return _kept_weak(np.log(x), x)
 
 
+def sqrt(x):
+    return _kept_weak(np.sqrt(x), x)
+
+
 def abs(x):
     return _kept_weak(np.abs(x), x)
 
@@ -88,7 +92,8 @@ def filling(dtype):
         _filling.dtype = previous
 
 
-UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log", abs: "abs"}
+UNARY = {tanh: "tanh", sigmoid: "sigmoid", relu: "relu", exp: "exp", log: "log", abs: "abs",
+         sqrt: "sqrt"}
 BINARY = {maximum: "maximum", minimum: "minimum"}
 
 # NumPy's functions (and Python's `abs`) that a cell may call for rj's: the plain recursion
@@ -96,7 +101,8 @@ BINARY = {maximum: "maximum", minimum: "minimum"}
 # are not among them: they make float64 arrays, which would turn a float32 recursion into a
 # float64 one.)
 NUMPY = ((np.tanh, tanh), (np.exp, exp), (np.log, log), (np.maximum, maximum),
-         (np.minimum, minimum), (np.concatenate, concat), (np.abs, abs), (builtins.abs, abs))
+         (np.minimum, minimum), (np.concatenate, concat), (np.abs, abs), (builtins.abs, abs),
+         (np.sqrt, sqrt))
 
 
 def as_cell_function(function):

@@ -469,7 +469,7 @@ def numpy_cell(node, p):
     if node.is_leaf:
         return np.tanh(p.E[node.word])
     h = np.concatenate([numpy_cell(node.left, p), numpy_cell(node.right, p)])
-    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + np.abs(p.b))), 0.5))
+    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + np.sqrt(np.abs(p.b)))), 0.5))
 
 
 @rj.recursive_model(arity=2)
@@ -477,7 +477,7 @@ def python_abs_cell(node, p):
     if node.is_leaf:
         return np.tanh(p.E[node.word])
     h = np.concatenate([python_abs_cell(node.left, p), python_abs_cell(node.right, p)])
-    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + abs(p.b))), 0.5))
+    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + np.sqrt(abs(p.b)))), 0.5))
 
 
 @rj.recursive_model(arity=2)
@@ -485,11 +485,12 @@ def rj_cell(node, p):
     if node.is_leaf:
         return rj.tanh(p.E[node.word])
     h = rj.concat([rj_cell(node.left, p), rj_cell(node.right, p)])
-    return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + rj.abs(p.b))), 0.5))
+    return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + rj.sqrt(rj.abs(p.b)))), 0.5))
 
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)
-def test_numpys_tanh_exp_log_abs_maximum_minimum_and_concatenate_compile_as_rjs(forest, seed):
+def test_numpys_tanh_exp_log_sqrt_abs_maximum_minimum_and_concatenate_compile_as_rjs(forest,
+                                                                                    seed):
     rng = np.random.default_rng(seed)
     p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 8)) / 2,
                   b=rng.normal(size=4))

@@ -751,14 +751,15 @@ def test_a_cell_over_any_number_of_children_equals_reference(model, schedule):
 
 @rj.recursive_model(arity=2)
 def absolute_rnn(node, p):
-    """Python's, NumPy's and rj's abs."""
+    """Python's, NumPy's and rj's abs, and square roots."""
     if node.is_leaf:
-        return abs(p.E[node.word])
-    return rj.tanh(p.W @ np.abs(absolute_rnn(node.left, p)) - rj.abs(absolute_rnn(node.right, p)))
+        return np.sqrt(abs(p.E[node.word]))
+    return rj.tanh(p.W @ np.abs(absolute_rnn(node.left, p))
+                   - rj.sqrt(rj.abs(absolute_rnn(node.right, p))))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
-def test_integer_powers_and_abs_equal_reference(schedule):
+def test_integer_powers_abs_and_sqrt_equal_reference(schedule):
     forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     p = scaled_rnn_params(HIDDEN, VOCAB, seed=5)
     for model in (powered_rnn, absolute_rnn):
@@ -794,11 +795,13 @@ def test_a_python_number_parameter_takes_the_arrays_dtype_on_the_device_too():
 
 @rj.recursive_model(arity=2)
 def overflowing(node, p):
-    """exp overflows to inf, log of 0 and of negatives gives -inf and NaN, sigmoid saturates."""
+    """exp overflows to inf, log of 0 and of negatives gives -inf and NaN, so does sqrt of
+    negatives, sigmoid saturates."""
     if node.is_leaf:
         return rj.exp(p.E[node.word] * p.scale)
     left = overflowing(node.left, p)
-    return rj.log(left - p.shift) + rj.sigmoid(-left) + overflowing(node.right, p)
+    return (rj.log(left - p.shift) + rj.sigmoid(-left) + overflowing(node.right, p)
+            + rj.sqrt(p.shift - left))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])

@@ -65,6 +65,7 @@ def sigmoid(x):
 
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
          "log": "np.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
+         "sqrt": "np.sqrt({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
 
 

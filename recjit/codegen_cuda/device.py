@@ -26,7 +26,8 @@ def simulated():
 class GpuMath:
     """The `math` a generated kernel reads in the simulator, which runs it as Python: a GPU's
     results where Python's raise (`exp` overflowing to inf, `log` of 0 and of a negative number
-    to -inf and NaN), so that the simulator computes what the GPU does."""
+    to -inf and NaN, `sqrt` of a negative number to NaN), so that the simulator computes what
+    the GPU does."""
 
     tanh = staticmethod(math.tanh)
 
@@ -43,6 +44,10 @@ class GpuMath:
             return math.log(x)
         except ValueError:
             return -math.inf if x == 0 else math.nan
+
+    @staticmethod
+    def sqrt(x):
+        return math.sqrt(x) if x >= 0 else math.nan
 
 
 def require_device():

@@ -36,6 +36,7 @@ def sigmoid(x):
 
 CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
          "log": "math.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
+         "sqrt": "math.sqrt({})",
          "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
 
 expression = PythonExpressions(CALLS)

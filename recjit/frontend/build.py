@@ -579,8 +579,8 @@ class Interpreter:
             float(exponent).is_integer())
         if not whole or abs(exponent) > MAX_POWER:
             raise self.unsupported(f"`**` takes a constant integer exponent from -{MAX_POWER} "
-                                   f"to {MAX_POWER}, not {_describe(exponent)} (write "
-                                   "rj.exp(k * rj.log(x)) for others)", node)
+                                   f"to {MAX_POWER}, not {_describe(exponent)} (write rj.sqrt(x), "
+                                   "or rj.exp(k * rj.log(x)) for others)", node)
         tensor = self.builder.tensor(base, self.source, node)
         if exponent == 0:
             return self.builder.emit("fill" if tensor.shape else "const", (), (1.0,),
@@ -705,9 +705,10 @@ class Interpreter:
                 or is_user_helper(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
-                                   "rj.abs, rj.maximum, rj.minimum, rj.split, rj.concat, "
-                                   "rj.zeros, rj.ones, sum, abs, NumPy's tanh, exp, log, abs, "
-                                   "maximum, minimum or concatenate, or a helper function)",
+                                   "rj.sqrt, rj.abs, rj.maximum, rj.minimum, rj.split, "
+                                   "rj.concat, rj.zeros, rj.ones, sum, abs, max, min, NumPy's "
+                                   "tanh, exp, log, sqrt, abs, maximum, minimum or concatenate, "
+                                   "or a helper function)",
                                    node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)

@@ -10,7 +10,7 @@ parameters and fields. Op kinds and their `attrs`:
   gather       (table, field)       row `table[node.field]` of a parameter table
   field        (name,)              the node's own vector field
   const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`
-  unary        (function,)          tanh sigmoid relu exp log neg abs
+  unary        (function,)          tanh sigmoid relu exp log sqrt neg abs
   binary       (function,)          add sub mul div maximum minimum; scalars broadcast
   matvec       ()                   matrix @ vector; `matmul` matrix @ matrix
   slice        (start, stop)        elements start..stop of a vector

@@ -25,7 +25,7 @@ class Load:
 
 @dataclass(frozen=True)
 class Call:
-    """A scalar math function: tanh sigmoid relu exp log neg abs maximum minimum, and
+    """A scalar math function: tanh sigmoid relu exp log sqrt neg abs maximum minimum, and
     num_children(end, begin): the number of edges between two offsets, in the kernel's
     dtype."""
 

@@ -127,8 +127,13 @@ class RecursiveModel:
         self._latest = {}
         self._lock = threading.Lock()
 
-    def __call__(self, node, p, *context):
-        """The plain recursion (reference semantics) on a node view."""
+    def __call__(self, node, p, *context, **named):
+        """The plain recursion (reference semantics) on a node view. `named`: context
+        arguments by keyword (`cell(child, p, scale=scale)`)."""
+        if named:
+            bound = inspect.signature(self.function).bind(node, p, *context, **named)
+            bound.apply_defaults()
+            context = bound.args[2:]
         if isinstance(node, NodeView):
             state = memoised_state(node.forest, node.index, context)
             if state is not None:

@@ -54,6 +54,14 @@ def scaled_by_default(node, p, scale=0.5, bias=DEFAULT_BIAS):
     return rj.tanh(p.W @ (children + scaled_by_default(node.right, p, scale, bias)) * scale)
 
 
+@rj.recursive_model(arity=None)
+def passes_the_context_by_keyword(node, p, gate, scale=0.5):
+    total = rj.tanh(p.E[node.word]) * scale if node.is_leaf else rj.zeros(HIDDEN)
+    for child in node.children:
+        total = total + passes_the_context_by_keyword(child, p, scale=scale, gate=gate)
+    return rj.tanh(p.W @ total) * rj.sigmoid(gate)
+
+
 def params(seed):
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)),
@@ -157,3 +165,11 @@ def test_context_arguments_left_out_take_the_cells_defaults(context):
     assert_same_result(result, scaled_by_default.reference(forest, p, context=context))
     root = scaled_by_default(rj.NodeView(forest, int(forest.roots[0])), p, *context)
     np.testing.assert_allclose(result.roots[0][0], root, rtol=1e-12)
+
+
+@given(forest=nary_forests(VOCAB, max_trees=4, max_leaves=8), seed=seeds)
+def test_a_recursive_call_may_pass_the_context_by_keyword(forest, seed):
+    p = params(seed)
+    for context in ((0.3,), (0.3, 2.0)):
+        assert_same_result(passes_the_context_by_keyword.run(forest, p, context=context),
+                           passes_the_context_by_keyword.reference(forest, p, context=context))

@@ -118,6 +118,7 @@ class RecursiveModel:
     def __init__(self, function, arity, kind, schedule):
         functools.update_wrapper(self, function)
         self.function = function
+        self._arguments = inspect.signature(function)  # the cell's: context defaults, keywords
         self.arity = arity
         self.kind = kind
         self.schedule = schedule
@@ -131,7 +132,7 @@ class RecursiveModel:
         """The plain recursion (reference semantics) on a node view. `named`: context
         arguments by keyword (`cell(child, p, scale=scale)`)."""
         if named:
-            bound = inspect.signature(self.function).bind(node, p, *context, **named)
+            bound = self._arguments.bind(node, p, *context, **named)
             bound.apply_defaults()
             context = bound.args[2:]
         if isinstance(node, NodeView):
@@ -197,8 +198,8 @@ class RecursiveModel:
         (`def cell(node, p, scale=2.0)`), as a plain call of the cell takes them."""
         if len(context) >= len(names):
             return context
-        signature = inspect.signature(self.function).parameters
-        defaults = tuple(signature[name].default for name in names[len(context):])
+        defaults = tuple(self._arguments.parameters[name].default
+                         for name in names[len(context):])
         missing = any(default is inspect.Parameter.empty for default in defaults)
         return context if missing else context + defaults
 

@@ -32,12 +32,12 @@ class Abstract:
 
     deps: frozenset = frozenset()
     role: str = ""  # "node", "child", "children", "params", "sequence" or ""
-    parts: tuple = ()  # a tuple's: what each of its values depends on
-    element: object = None  # zip's and enumerate's: what one element (a tuple) depends on
+    parts: tuple = ()  # a tuple's or list's: what each of its values depends on
+    element: object = None  # an iterable's (zip, enumerate, a comprehension): one element
 
     def join(self, other):
-        """Either value (after an `if`, around a loop): what both depend on, their parts
-        joined into one."""
+        """Either value (after an `if`, around a loop): what both depend on, without `parts`
+        or `element`, the coarser answer, which refuses more and never less."""
         return Abstract(self.deps | other.deps, self.role if self.role == other.role else "")
 
     @property
@@ -234,11 +234,8 @@ class PropertyChecker:
         return self.expr(node.body, env).join(self.expr(node.orelse, env))
 
     def iterated(self, iterable, env):
-        """What one element of a loop's iterable depends on. A literal tuple or list has a
-        fixed length; anything else must be structure (node.children, a range)."""
-        if isinstance(iterable, (ast.Tuple, ast.List)):
-            elements = [self.expr(item, env) for item in iterable.elts]
-            return functools.reduce(Abstract.join, elements) if elements else NOTHING
+        """What one element of a loop's iterable depends on. A tuple or list has a fixed
+        length; anything else must be structure (node.children, a range)."""
         return self.element_of(self.expr(iterable, env), iterable)
 
     def element_of(self, value, iterable):

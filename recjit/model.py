@@ -12,7 +12,7 @@ from .errors import InputError, RecJitError, ScheduleError
 from .frontend import Binding, build_cell_ir, check_properties, read_source
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
-from .lowering.lower import param_name
+from .lowering.arguments import weight_shapes
 from .lowering.traffic import batch_traffic
 from .ops import filling
 from .params import (Params, WithContext, described, is_weak, on_device, shape_and_dtype,
@@ -428,8 +428,8 @@ def _outside_line(analysis):
 
 def _traffic_line(compiled, p, batch_sizes):
     """What `explain` says of the bytes an internal batch moves (an estimate from the ILIR)."""
-    shapes = {param_name(name): shape_and_dtype(getattr(p, name))[0]
-              for name in compiled.cell.parameters}
+    shapes = weight_shapes({name: shape_and_dtype(getattr(p, name))[0]
+                            for name in compiled.cell.parameters})
     itemsize = np.dtype(compiled.cell.dtype).itemsize
     weights, per_node = batch_traffic(compiled.kernel, shapes, itemsize)
     mean = float(np.mean(batch_sizes)) if batch_sizes.size else 0.0
@@ -474,7 +474,7 @@ def _parameters_dtype(p, names):
 
 
 def _weight_shapes(parameters):
-    return {param_name(name): shape for name, shape, _ in parameters}
+    return weight_shapes({name: shape for name, shape, _ in parameters})
 
 
 def _on_host(p, names):

@@ -128,6 +128,26 @@ def powered_rnn(node, p):
     return rj.tanh(p.W @ hl ** 3 + hr ** 0 - p.alpha ** 2 / (1 + hr ** 2) ** -1)
 
 
+@rj.recursive_model(arity=2)
+def row_major_rnn(node, p):
+    """Weights stored (inputs, outputs), as NumPy code often keeps them: `x @ p.W` and
+    `p.V.T @ h` read the parameters transposed (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word] @ p.W + p.b)
+    hl, hr = row_major_rnn(node.left, p), row_major_rnn(node.right, p)
+    return rj.tanh(hl @ p.U + p.V.T @ hr + p.b)
+
+
+def row_major_params(hidden, vocab_size, seed, inputs=None, dtype=np.float64):
+    """`row_major_rnn`'s parameters; `inputs`: the embeddings' width (default `hidden`)."""
+    rng = np.random.default_rng(seed)
+    inputs = inputs or hidden
+    return rj.Params(E=rng.normal(size=(vocab_size, inputs)).astype(dtype),
+                     **{name: (rng.normal(size=shape) / np.sqrt(shape[0])).astype(dtype)
+                        for name, shape in [("W", (inputs, hidden)), ("U", (hidden, hidden)),
+                                            ("V", (hidden, hidden)), ("b", (hidden,))]})
+
+
 @rj.recursive_model(arity=None)
 def child_mean(node, p):
     """The mean of any number of children's states: `node.num_children` and

@@ -12,9 +12,9 @@ from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
-                      gated_child_list, nary_forests, powered_rnn, scaled_rnn,
-                      scaled_rnn_params, scales, seeds, time_aware_rnn, vector_rnn_params,
-                      with_time_steps, word_sequences)
+                      gated_child_list, nary_forests, powered_rnn, row_major_params,
+                      row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
+                      time_aware_rnn, vector_rnn_params, with_time_steps, word_sequences)
 
 VOCAB = 50
 
@@ -490,6 +490,23 @@ def test_numpys_tanh_exp_log_sqrt_abs_maximum_minimum_and_concatenate_compile_as
     assert_same_result(numpy_cell.run(forest, p), numpy_cell.reference(forest, p))
     assert (numpy_cell.kernel_source("cpu").replace("numpy_cell", "cell")
             == rj_cell.kernel_source("cpu", forest, p).replace("rj_cell", "cell"))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds, st.sampled_from([(3, 5), (20, 12), (16, 16)]),
+       st.sampled_from([rj.Schedule(), rj.Schedule(refactor=True)]))
+def test_a_vector_times_a_parameter_and_a_transposed_parameter_equal_reference(
+        forest, seed, hidden_and_inputs, schedule):
+    hidden, inputs = hidden_and_inputs  # 20 rows: two panels of 8 float64 rows and 4 more
+    p = row_major_params(hidden, VOCAB, seed, inputs)
+    assert_same_result(row_major_rnn.run(forest, p, schedule=schedule),
+                       row_major_rnn.reference(forest, p))
+
+
+def test_a_parameter_read_transposed_is_a_view_of_it_not_a_copy():
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    source = row_major_rnn.kernel_source("cpu", forest, row_major_params(8, VOCAB, seed=1))
+    assert "pT_U = p_U.T" in source and "pT_W = p_W.T" in source
+    assert "matmul_share(pT_U," in source and "copy" not in source
 
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)

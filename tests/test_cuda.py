@@ -25,8 +25,9 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
-    gated_child_list, nary_forests, powered_rnn, random_dags, scaled_rnn, scaled_rnn_params, \
-    seeds, time_aware_rnn, vector_rnn_params, with_time_steps, word_sequences
+    gated_child_list, nary_forests, powered_rnn, random_dags, row_major_params, row_major_rnn, \
+    scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn, vector_rnn_params, with_time_steps, \
+    word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -765,6 +766,14 @@ def test_integer_powers_abs_and_sqrt_equal_reference(schedule):
     for model in (powered_rnn, absolute_rnn):
         assert_same_result(model.run(forest, p, backend="cuda", schedule=schedule),
                            model.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_a_vector_times_a_parameter_and_a_transposed_parameter_equal_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = row_major_params(HIDDEN, VOCAB, seed=3, inputs=5)
+    assert_same_result(row_major_rnn.run(forest, p, backend="cuda", schedule=schedule),
+                       row_major_rnn.reference(forest, p))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])

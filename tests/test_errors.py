@@ -268,3 +268,40 @@ def test_a_call_to_another_recursive_model_is_refused_saying_how_to_compose_them
                                                   r"recursive model \(inner\) from a cell .* "
                                                   r"pass its states in as a field"):
         outer.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_vector_times_a_computed_matrix_is_refused_naming_the_line():
+    @rj.recursive_model(arity=2)
+    def row_times_state(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return row_times_state(node.left, p) @ (p.M @ p.M) + row_times_state(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: a vector @ a computed "
+                                                  r"matrix \(shapes \(2,\) and \(2, 2\)\)"):
+        row_times_state.run(rj.Forest.from_nested([(1, 2)]),
+                            rj.Params(E=np.ones((3, 2)), M=np.eye(2)))
+
+
+def test_a_gather_from_a_transposed_table_is_refused_naming_the_line():
+    @rj.recursive_model(arity=2)
+    def column_embedding(node, p):
+        if node.is_leaf:
+            return p.E.T[node.word]
+        return column_embedding(node.left, p) + column_embedding(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: a row of `p\.E\.T` is "
+                                                  r"a column of parameter 'E'"):
+        column_embedding.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((2, 3))))
+
+
+def test_a_parameter_named_as_another_ones_transpose_is_refused_naming_both():
+    @rj.recursive_model(arity=2)
+    def both(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return p.W_T @ both(node.left, p) + both(node.right, p) @ p.W
+
+    with pytest.raises(rj.InputError, match=r"parameter 'W_T' and `p\.W\.T` would share"):
+        both.run(rj.Forest.from_nested([(1, 2)]),
+                 rj.Params(E=np.ones((3, 2)), W=np.eye(2), W_T=np.eye(2)))

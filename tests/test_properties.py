@@ -197,10 +197,10 @@ def recurses_on_itself(node, p):
 
 
 @rj.recursive_model(arity=2)
-def transposes(node, p):
+def transposes_a_computed_matrix(node, p):
     if node.is_leaf:
         return p.E[node.word]
-    return p.W.T @ transposes(node.left, p)  # <- error
+    return (p.W @ p.W).T @ transposes_a_computed_matrix(node.left, p)  # <- error
 
 
 @rj.recursive_model(arity=2)
@@ -283,7 +283,8 @@ def takes_the_max_of_two_vectors(node, p):
                takes_the_max_of_two_vectors(node.right, p))
 
 
-@pytest.mark.parametrize("model", [calls_print, recurses_on_itself, transposes,
+@pytest.mark.parametrize("model", [calls_print, recurses_on_itself,
+                                   transposes_a_computed_matrix,
                                    branches_on_a_field, reads_node_left_with_any_arity,
                                    reads_a_per_child_value_after_the_loop,
                                    overwrites_instead_of_summing,

@@ -29,10 +29,11 @@ def _parameters(name, dtype):
     """The types each product is compiled for: the kernel's arguments converted to these."""
     matrix, panels, index = (types.Array(dtype, 2, "A"), types.Array(dtype, 3, "A"),
                              types.intp)
-    read = types.Array(dtype, 2, "A", readonly=True)  # a user's weights may be read-only
+    read = types.Array(dtype, 2, "A", readonly=True)  # a user's weights may be read-only,
+    read_panels = types.Array(dtype, 3, "A", readonly=True)  # and panels that are their rows
     counters = types.Array(types.int64, 1, "A")
     return {"matmul_rows": (read, read, matrix, index, index, index),
-            "matmul_share": (read, panels, read, matrix, index, index, index, index,
+            "matmul_share": (read, read_panels, read, matrix, index, index, index, index,
                              types.boolean, counters, counters),
             "pack_share": (read, panels, index, index, index)}[name]
 
@@ -102,4 +103,4 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
     return _call_by_symbol("pack_share", typingctx, (weight, panels, row_block, worker, workers))
 
 
-weight_panels = runtime.weight_panels
+weight_panels, row_panels = runtime.weight_panels, runtime.row_panels

@@ -175,15 +175,21 @@ def _weight_panels(kernel, pack_from_nodes, lines):
             weights.setdefault(_panels_name(product), product)
     if not weights:
         return
+    views = {view for view, _ in kernel.transposed}
     lines += [f"    # the weights transposed into panels for the outer-product blocks, when "
-              f"the forest has {pack_from_nodes} nodes or more",
+              f"the forest has {pack_from_nodes} nodes or more"
+              + ("; those read transposed are panels as they lie, always" if views else ""),
               f"    pack = num_nodes >= {pack_from_nodes}"]
-    lines += [f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
+    lines += [f"    {name} = row_panels({expression.matmul_operands(product)[0]})"
+              if product.weight in views else
+              f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
               for name, product in weights.items()]
-    lines += ["    if pack:", "        for worker in prange(workers):"]
-    lines += [f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
-              f"{product.row_block}, worker, workers)" for name, product in weights.items()]
-    lines.append("    # barrier: the products read the panels")
+    packed = {name: product for name, product in weights.items() if product.weight not in views}
+    if packed:
+        lines += ["    if pack:", "        for worker in prange(workers):"]
+        lines += [f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
+                  f"{product.row_block}, worker, workers)" for name, product in packed.items()]
+        lines.append("    # barrier: the products read the panels")
 
 
 def _column_walk(loop, depth, lines):
@@ -210,12 +216,15 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     """The module text: imports, the math helpers, and the kernel. The kernel's first argument
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
+    panels = "row_panels, weight_panels" if kernel.transposed else "weight_panels"
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
              "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
-             "                                      weight_panels)", "",
+             f"                                      {panels})", "",
              f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), "",
              '@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
+    lines += [f"    {view} = {array}.T  # read transposed where it lies"
+              for view, array in kernel.transposed]
     _weight_panels(kernel, pack_from_nodes, lines)
     body = []
     _statements(kernel.body, 1, body)

@@ -465,6 +465,12 @@ RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_range", "ma
                  "tile_part", "tile_span", "units_plan")
 
 
+def _transposed_views(kernel):
+    """The parameters a cell reads transposed, as views of the arguments (on the host, a
+    launch's copy: numba transposes a device array into a new one)."""
+    return [f"    {view} = {array}.T" for view, array in kernel.transposed]
+
+
 def emit_fused(kernel, fast_math, header, plan, launch_bound):
     """One cooperative kernel, as `plan` (`plan.LaunchPlan`) says: the weights each block keeps
     in shared memory, the tile the products stage inputs through, the products split in row
@@ -475,7 +481,7 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
     scratch = [array for array in scratch_arrays(kernel) if array.name not in packs.arrays]
     arguments = kernel.scalars + kernel.arrays + tuple(array.argument for array in scratch)
     body = ["    grid = cuda.cg.this_grid()", "    thread = cuda.grid(1)",
-            "    threads = cuda.gridsize(1)"]
+            "    threads = cuda.gridsize(1)"] + _transposed_views(kernel)
     if tile:
         body += [f"    # the products stage the inputs of up to {tile[0]} nodes here",
                  f"    {TILE} = cuda.shared.array({tile}, real)",
@@ -609,6 +615,7 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
             elif not isinstance(statement, Alloc):
                 raise TypeError(statement)
 
+    host_lines += _transposed_views(kernel)
     visit(kernel.body, 1)
     scratch = scratch_arrays(kernel)
     arguments = (("launch",) + kernel.scalars + kernel.arrays

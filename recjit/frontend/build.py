@@ -13,7 +13,7 @@ import numpy as np
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
 from ..params import described, is_weak, shape_and_dtype
-from .cell_ir import EACH, CellCase, CellIR, Op
+from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, is_user_helper, resolve
 from .source import read_source
 from .syntax import cell_arguments, is_none_test
@@ -163,6 +163,24 @@ class CaseBuilder:
             raise InputError(f"{described(self.params, name)} has dtype {dtype}; parameters "
                              f"must be float32 or float64 arrays{native}")
         return ParamArray(name, shape, dtype)
+
+    def transposed(self, value, source, node):
+        """`value.T`: a number or a vector as it is (as NumPy's), a parameter matrix read
+        transposed where it lies (the kernel's view `pT_W` of `p_W`); the transpose of a
+        computed matrix would be a copy per node, which the language leaves out."""
+        shape = value.shape
+        if len(shape) < 2:
+            return value
+        if isinstance(value, Tensor) and self.ops[value.index].kind != "param":
+            raise UnsupportedError(f"`.T` of a computed matrix (shape {shape}); only a "
+                                   "parameter matrix can be read transposed",
+                                   **source.where(node))
+        name = value.name if isinstance(value, ParamArray) else self.ops[value.index].attrs[0]
+        if len(shape) > 2:
+            raise ShapeError(f"`.T` of parameter {attribute(name)!r}, of shape {shape}: a "
+                             "parameter is transposed as a matrix, of 2 dimensions",
+                             **source.where(node))
+        return self.emit("param", (), (transposed(name),), shape[::-1], source.lineno(node))
 
     def tensor(self, value, source, node):
         if isinstance(value, Tensor):
@@ -452,6 +470,8 @@ class Interpreter:
             return builder.parameter(node.attr, self.source, node)
         if isinstance(base, (Tensor, ParamArray)) and node.attr == "shape":
             return tuple(base.shape)
+        if isinstance(base, (Tensor, ParamArray)) and node.attr == "T":
+            return builder.transposed(base, self.source, node)
         if isinstance(base, (Tensor, ParamArray)):
             raise self.unsupported(f"tensor attribute `.{node.attr}` is not part of the cell "
                                    "language", node)
@@ -518,6 +538,12 @@ class Interpreter:
             raise self.unsupported(f"scalar field {field!r} holds floats; a row of parameter "
                                    f"{base.name!r} is gathered by a field of integer indices",
                                    node)
+        if isinstance(base, Tensor) and isinstance(index, NodeField) \
+                and self.builder.ops[base.index].kind == "param":
+            name = self.builder.ops[base.index].attrs[0]
+            raise self.unsupported(f"a row of `p.{name}` is a column of parameter "
+                                   f"{attribute(name)!r}; gather from a table stored with a "
+                                   "row per index", node)
         if isinstance(base, ParamArray) and isinstance(index, NodeField):
             if len(base.shape) == 0:
                 raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "
@@ -601,8 +627,10 @@ class Interpreter:
 
     def matmul(self, left, right, node):
         left = self.builder.tensor(left, self.source, node)
-        right = self.builder.tensor(right, self.source, node)
         line = self.source.lineno(node)
+        if len(left.shape) == 1 and len(getattr(right, "shape", ())) == 2:
+            return self.vector_matmul(left, right, node)
+        right = self.builder.tensor(right, self.source, node)
         if len(left.shape) != 2 or len(right.shape) not in (1, 2):
             raise self.shape_error(f"`@` needs a matrix on the left and a vector or matrix on "
                                    f"the right, not shapes {left.shape} and {right.shape}", node)
@@ -614,6 +642,19 @@ class Interpreter:
                                      (left.shape[0],), line)
         return self.builder.emit("matmul", (left.index, right.index), (),
                                  (left.shape[0], right.shape[1]), line)
+
+    def vector_matmul(self, vector, matrix, node):
+        """`h @ W` is `W.T @ h`: a product with the parameter read transposed."""
+        if vector.shape[0] != matrix.shape[0]:
+            raise self.shape_error(f"`@` of shapes {vector.shape} and {matrix.shape}: inner "
+                                   "dimensions differ", node)
+        if isinstance(matrix, Tensor) and self.builder.ops[matrix.index].kind != "param":
+            raise self.unsupported(f"a vector @ a computed matrix (shapes {vector.shape} and "
+                                   f"{matrix.shape}): the matrix would be read transposed, "
+                                   "which only a parameter can be", node)
+        weight = self.builder.transposed(matrix, self.source, node)
+        return self.builder.emit("matvec", (weight.index, vector.index), (),
+                                 (matrix.shape[1],), self.source.lineno(node))
 
     def expr_UnaryOp(self, node, env):
         operand = self.expr(node.operand, env)
@@ -970,9 +1011,13 @@ def build_cell_ir(model, source, params, field_specs, arity):
         cases.append(CellCase(name, num_children, tuple(builder.ops),
                               tuple(t.index for t in tensors)))
         builders.append(builder)
-    read = {op.attrs[0]: getattr(params, op.attrs[0]) for case in cases for op in case.ops
-            if op.kind == "param" or op.kind == "gather"}
+    read = {attribute(op.attrs[0]): getattr(params, attribute(op.attrs[0]))
+            for case in cases for op in case.ops if op.kind == "param" or op.kind == "gather"}
     parameters = {name: shape_and_dtype(value)[0] for name, value in read.items()}
+    for name in {op.attrs[0] for case in cases for op in case.ops if op.kind == "param"}:
+        if name != attribute(name) and label(name) in parameters:
+            raise InputError(f"parameter {label(name)!r} and `p.{name}` would share the "
+                             "kernel's names for their products; rename the parameter")
     by_dtype = {}
     for name, value in sorted(read.items()):
         if not is_weak(value):  # a Python number takes the arrays' dtype

@@ -3,7 +3,7 @@
 Values are SSA: operation i defines `%i`. Shapes are concrete, inferred from the actual
 parameters and fields. Op kinds and their `attrs`:
 
-  param        (name,)              a parameter array
+  param        (name,)              a parameter array; `W.T`: parameter W read transposed
   child_state  (child, component)   component of child k's state (the recursive call's result);
                                     child "each": of any one child, with a variable arity
   child_sum    ()                   the sum over the node's children of a per-child value
@@ -22,6 +22,23 @@ An op is `per_child` when it reads `child_state each`: it has one value per chil
 from dataclasses import dataclass
 
 EACH = "each"  # `child_state` of any one child, with a variable arity
+TRANSPOSED = ".T"  # a `param` op's name ends with it where the cell reads the matrix transposed
+
+
+def transposed(name):
+    """The `param` name of parameter `name` read transposed (`W` ↔ `W.T`)."""
+    return name.removesuffix(TRANSPOSED) if name.endswith(TRANSPOSED) else name + TRANSPOSED
+
+
+def attribute(name):
+    """The attribute of the parameters that `param` name `name` reads: `W` for `W.T` too."""
+    return name.removesuffix(TRANSPOSED)
+
+
+def label(name):
+    """`param` name `name` as a part of generated names (`x_W`, `proj_W_T_0`): `W.T` is
+    `W_T`, which the frontend keeps from meeting a parameter of that name."""
+    return name.replace(TRANSPOSED, "_T")
 
 
 @dataclass(frozen=True)

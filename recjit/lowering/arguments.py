@@ -2,6 +2,7 @@
 same for every backend, since the lowering named them."""
 import numpy as np
 
+from ..frontend.cell_ir import transposed
 from ..linearize import distinct
 from .lower import field_name, param_name
 
@@ -45,3 +46,12 @@ def kernel_parameters(kernel):
     """(argument, attribute) for each parameter the kernel takes: argument `p_W` is `p.W`."""
     prefix = param_name("")
     return [(name, name[len(prefix):]) for name in kernel.arrays if name.startswith(prefix)]
+
+
+def weight_shapes(shapes):
+    """{kernel array: shape} for parameters' `shapes` by name: `p_W`, and for a matrix its
+    transposed view `pT_W` too, which a product may multiply."""
+    arrays = {param_name(name): shape for name, shape in shapes.items()}
+    arrays.update((param_name(transposed(name)), shape[::-1])
+                  for name, shape in shapes.items() if len(shape) == 2)
+    return arrays

@@ -135,6 +135,7 @@ class Kernel:
     states: tuple      # (name, per-node size)
     body: tuple
     distinct_key: str = None  # the field of `leaf_distinct`/`leaf_slot`, when the kernel reads them
+    transposed: tuple = ()    # (view, argument): `pT_W` is `p_W.T`, bound before anything runs
 
 
 def add(left, right):

@@ -19,7 +19,7 @@
 from dataclasses import replace
 
 from ..errors import UnsupportedError
-from ..frontend.cell_ir import EACH
+from ..frontend.cell_ir import EACH, attribute, label
 from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Kernel, Let, Load,
                    Loop, MatMul, Store, Var, add, mul)
 from .refactor import refactor
@@ -40,7 +40,10 @@ def field_name(name):
 
 
 def param_name(name):
-    """Parameter `p.W` is the kernel argument `p_W`: no clash with the kernel's own names."""
+    """Parameter `p.W` is the kernel argument `p_W`: no clash with the kernel's own names.
+    Read transposed (`W.T`), it is `pT_W`, the kernel's view of `p_W` (`Kernel.transposed`)."""
+    if name != attribute(name):
+        return f"pT_{attribute(name)}"
     return f"p_{name}"
 
 
@@ -392,7 +395,7 @@ class PassLowering:
         allocations, node_packs, edge_packs, products = [], [], [], []
         for (weight, per_child), uses in groups.items():
             suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
-            x, y = f"{self.prefix}x{suffix}_{weight}", f"{self.prefix}y{suffix}_{weight}"
+            x, y = (f"{self.prefix}{side}{suffix}_{label(weight)}" for side in "xy")
             rows, inner = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
             in_place = None if per_child else self.field_rows(uses)
             if in_place:
@@ -592,9 +595,13 @@ def lower(cell, schedule):
 
     fields = tuple(field_name(f) for f in sorted(cell.fields))
     params = tuple(param_name(p) for p in sorted(cell.parameters))
+    transposed = sorted({op.attrs[0] for case in cell.cases for op in case.ops
+                         if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])})
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   structure + fields + params + tuple(name for name, _ in states), states,
-                  tuple(body), distinct_key=key)
+                  tuple(body), distinct_key=key,
+                  transposed=tuple((param_name(name), param_name(attribute(name)))
+                                   for name in transposed))
 
 
 def _then_unless_last_batch(statements, barrier):

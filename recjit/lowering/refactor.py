@@ -8,7 +8,7 @@ The parent reads them elementwise, so its iteration no longer begins with a pack
 children's states behind a barrier."""
 from dataclasses import dataclass, replace
 
-from ..frontend.cell_ir import EACH, Op
+from ..frontend.cell_ir import EACH, Op, label
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def _refactor_case(cell, case, projections, replaced):
         total = None
         for child, component, begin, end, summed in terms:
             columns = None if (begin, end) == (0, width) else (begin, end)
-            name = f"proj_{weight}_{component}" + (f"_{begin}_{end}" if columns else "")
+            name = f"proj_{label(weight)}_{component}" + (f"_{begin}_{end}" if columns else "")
             projections.setdefault(name, Projection(name, weight, component, columns, rows,
                                                     end - begin))
             term = emit(Op("child_projection", (), (child, name), (rows,), op.line,

@@ -41,7 +41,8 @@ MISTAKES = {
 @st.composite
 def expressions(draw, atoms, depth=3):
     """A vector expression of size HIDDEN over `atoms`: every elementwise function and
-    operator of the cell language, constants, scalar parameters, slices and concatenation."""
+    operator of the cell language, constants, scalar parameters, slices and concatenation,
+    products with a parameter read as it is or transposed."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from(atoms))
     kind = draw(st.sampled_from(["function", "operator", "product", "scaled", "divided",
@@ -66,7 +67,9 @@ def expressions(draw, atoms, depth=3):
     if kind == "operator":
         other = draw(expressions(atoms, depth - 1))
         return f"({inner} {draw(st.sampled_from(OPERATORS))} {other})"
-    return f"(p.W{draw(st.integers(0, 1))} @ {inner})"
+    weight = f"p.W{draw(st.integers(0, 1))}"  # times a vector, read transposed or not
+    return draw(st.sampled_from([f"({weight} @ {inner})", f"({inner} @ {weight})",
+                                 f"({weight}.T @ {inner})"]))
 
 
 @st.composite

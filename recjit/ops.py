@@ -104,6 +104,9 @@ NUMPY = ((np.tanh, tanh), (np.exp, exp), (np.log, log), (np.maximum, maximum),
          (np.minimum, minimum), (np.concatenate, concat), (np.abs, abs), (builtins.abs, abs),
          (np.sqrt, sqrt))
 
+# NumPy's products, which a cell may write for `@`.
+PRODUCTS = (np.dot, np.matmul)
+
 
 def as_cell_function(function):
     """The rj function that NumPy's (or Python's) `function` stands for in a cell, else

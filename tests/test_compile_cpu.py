@@ -466,24 +466,26 @@ def test_a_sum_whose_terms_read_a_value_computed_in_a_loop_stays_in_the_element_
 
 @rj.recursive_model(arity=2)
 def numpy_cell(node, p):
-    """NumPy's functions, and Python's abs."""
+    """NumPy's functions and products, and Python's abs."""
     if node.is_leaf:
-        return np.tanh(abs(p.E[node.word]))
+        e = p.E[node.word]
+        return np.tanh(abs(np.matmul(np.concatenate([e, e]), p.W.T)))
     h = np.concatenate([numpy_cell(node.left, p), numpy_cell(node.right, p)])
-    return np.maximum(np.tanh(p.W @ h), np.minimum(np.exp(-np.log(1 + np.sqrt(np.abs(p.b)))), 0.5))
+    return np.maximum(np.tanh(np.dot(p.W, h)),
+                      np.minimum(np.exp(-np.log(1 + np.sqrt(np.abs(p.b)))), 0.5))
 
 
 @rj.recursive_model(arity=2)
 def rj_cell(node, p):
     if node.is_leaf:
-        return rj.tanh(rj.abs(p.E[node.word]))
+        e = p.E[node.word]
+        return rj.tanh(rj.abs(p.W @ rj.concat([e, e])))
     h = rj.concat([rj_cell(node.left, p), rj_cell(node.right, p)])
     return rj.maximum(rj.tanh(p.W @ h), rj.minimum(rj.exp(-rj.log(1 + rj.sqrt(rj.abs(p.b)))), 0.5))
 
 
 @given(binary_forests(VOCAB, max_trees=5), seeds)
-def test_numpys_tanh_exp_log_sqrt_abs_maximum_minimum_and_concatenate_compile_as_rjs(forest,
-                                                                                    seed):
+def test_numpys_elementwise_functions_concatenate_dot_and_matmul_compile_as_rjs(forest, seed):
     rng = np.random.default_rng(seed)
     p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 8)) / 2,
                   b=rng.normal(size=4))

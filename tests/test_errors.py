@@ -305,3 +305,16 @@ def test_a_parameter_named_as_another_ones_transpose_is_refused_naming_both():
     with pytest.raises(rj.InputError, match=r"parameter 'W_T' and `p\.W\.T` would share"):
         both.run(rj.Forest.from_nested([(1, 2)]),
                  rj.Params(E=np.ones((3, 2)), W=np.eye(2), W_T=np.eye(2)))
+
+
+def test_the_inner_product_of_two_vectors_is_refused_naming_the_line():
+    @rj.recursive_model(arity=2)
+    def inner_product(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return np.dot(inner_product(node.left, p), inner_product(node.right, p)) * p.b
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: the inner product of "
+                                                  r"two vectors \(shapes \(2,\) and \(2,\)\)"):
+        inner_product.run(rj.Forest.from_nested([(1, 2)]),
+                          rj.Params(E=np.ones((3, 2)), b=np.ones(2)))

@@ -180,7 +180,9 @@ class CaseBuilder:
             raise ShapeError(f"`.T` of parameter {attribute(name)!r}, of shape {shape}: a "
                              "parameter is transposed as a matrix, of 2 dimensions",
                              **source.where(node))
-        return self.emit("param", (), (transposed(name),), shape[::-1], source.lineno(node))
+        if isinstance(value, Tensor):
+            return self.emit("param", (), (transposed(name),), shape[::-1], source.lineno(node))
+        return ParamArray(transposed(name), shape[::-1], value.dtype)  # an op once it is used
 
     def tensor(self, value, source, node):
         if isinstance(value, Tensor):
@@ -299,7 +301,8 @@ class Interpreter:
 
     def allocates(self, expression, env):
         """Whether NumPy makes a new array for `expression` (an operator, an elementwise
-        function, rj.zeros, rj.ones, rj.concat, sum), not a view or a value held elsewhere."""
+        function, a product, rj.zeros, rj.ones, rj.concat, sum), not a view or a value held
+        elsewhere."""
         if isinstance(expression, (ast.BinOp, ast.UnaryOp)):
             return True
         if isinstance(expression, ast.Call):
@@ -538,13 +541,11 @@ class Interpreter:
             raise self.unsupported(f"scalar field {field!r} holds floats; a row of parameter "
                                    f"{base.name!r} is gathered by a field of integer indices",
                                    node)
-        if isinstance(base, Tensor) and isinstance(index, NodeField) \
-                and self.builder.ops[base.index].kind == "param":
-            name = self.builder.ops[base.index].attrs[0]
-            raise self.unsupported(f"a row of `p.{name}` is a column of parameter "
-                                   f"{attribute(name)!r}; gather from a table stored with a "
-                                   "row per index", node)
         if isinstance(base, ParamArray) and isinstance(index, NodeField):
+            if base.name != attribute(base.name):
+                raise self.unsupported(f"a row of `p.{base.name}` is a column of parameter "
+                                       f"{attribute(base.name)!r}; gather from a table stored "
+                                       "with a row per index", node)
             if len(base.shape) == 0:
                 raise self.shape_error(f"parameter {base.name!r} is a scalar; it cannot be "
                                        "indexed by a field", node)
@@ -631,6 +632,10 @@ class Interpreter:
         if len(left.shape) == 1 and len(getattr(right, "shape", ())) == 2:
             return self.vector_matmul(left, right, node)
         right = self.builder.tensor(right, self.source, node)
+        if len(left.shape) == 1 and len(right.shape) == 1:
+            raise self.unsupported(f"the inner product of two vectors (shapes {left.shape} and "
+                                   f"{right.shape}) is not part of the cell language: nothing "
+                                   "sums a vector's elements", node)
         if len(left.shape) != 2 or len(right.shape) not in (1, 2):
             raise self.shape_error(f"`@` needs a matrix on the left and a vector or matrix on "
                                    f"the right, not shapes {left.shape} and {right.shape}", node)
@@ -652,7 +657,8 @@ class Interpreter:
             raise self.unsupported(f"a vector @ a computed matrix (shapes {vector.shape} and "
                                    f"{matrix.shape}): the matrix would be read transposed, "
                                    "which only a parameter can be", node)
-        weight = self.builder.transposed(matrix, self.source, node)
+        weight = self.builder.tensor(self.builder.transposed(matrix, self.source, node),
+                                     self.source, node)
         return self.builder.emit("matvec", (weight.index, vector.index), (),
                                  (matrix.shape[1],), self.source.lineno(node))
 
@@ -748,8 +754,8 @@ class Interpreter:
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
                                    "rj.sqrt, rj.abs, rj.maximum, rj.minimum, rj.split, "
                                    "rj.concat, rj.zeros, rj.ones, sum, abs, max, min, NumPy's "
-                                   "tanh, exp, log, sqrt, abs, maximum, minimum or concatenate, "
-                                   "or a helper function)",
+                                   "tanh, exp, log, sqrt, abs, maximum, minimum, concatenate, "
+                                   "dot or matmul, or a helper function)",
                                    node)
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)
@@ -765,6 +771,8 @@ class Interpreter:
                                      tensor.shape, line)
         if function in ops.BINARY and len(arguments) == 2 and not keywords:
             return self.elementwise("binary", ops.BINARY[function], *arguments, node, line)
+        if function in ops.PRODUCTS and len(arguments) == 2 and not keywords:
+            return self.matmul(*arguments, node)
         if function is ops.split:
             return self.split(arguments, keywords, node)
         if function is ops.concat:
@@ -928,8 +936,8 @@ def accumulators(body):
             if count == assignments[name] and reads[name] == read_by_sums[name]}
 
 
-_ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, ops.concat, ops.zeros, ops.ones,
-                         builtins.sum)
+_ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops.zeros,
+                         ops.ones, builtins.sum)
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
                    builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
                    builtins.max, builtins.min)

@@ -21,7 +21,7 @@ from dataclasses import replace
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import EACH, attribute, label
 from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Kernel, Let, Load,
-                   Loop, MatMul, Store, Var, add, mul)
+                   Loop, MatMul, Store, Var, add, mul, nodes, walk)
 from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
@@ -595,13 +595,15 @@ def lower(cell, schedule):
 
     fields = tuple(field_name(f) for f in sorted(cell.fields))
     params = tuple(param_name(p) for p in sorted(cell.parameters))
-    transposed = sorted({op.attrs[0] for case in cell.cases for op in case.ops
-                         if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])})
+    read = ({load.array for load in nodes(tuple(body), Load)}
+            | {product.weight for product in walk(body) if isinstance(product, MatMul)})
+    views = {(param_name(op.attrs[0]), param_name(attribute(op.attrs[0])))
+             for case in cell.cases for op in case.ops
+             if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])}
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   structure + fields + params + tuple(name for name, _ in states), states,
                   tuple(body), distinct_key=key,
-                  transposed=tuple((param_name(name), param_name(attribute(name)))
-                                   for name in transposed))
+                  transposed=tuple(sorted(view for view in views if view[0] in read)))
 
 
 def _then_unless_last_batch(statements, barrier):

@@ -138,6 +138,26 @@ def row_major_rnn(node, p):
     return rj.tanh(hl @ p.U + p.V.T @ hr + p.b)
 
 
+@rj.recursive_model(arity=2)
+def transposed_mv_rnn(node, p):
+    """A (vector, matrix) state multiplied by parameters read transposed, on either side of
+    a computed matrix (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return p.E[node.word], p.M
+    a, A = transposed_mv_rnn(node.left, p)
+    b, B = transposed_mv_rnn(node.right, p)
+    h = rj.tanh(p.W.T @ rj.concat([B @ a, A @ b]))
+    return h, rj.tanh(p.V.T @ (A + B) + (A @ p.V.T) * 0.5 + B @ p.U)
+
+
+def transposed_mv_params(hidden, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
+                     **{name: rng.normal(size=shape) / np.sqrt(shape[0])
+                        for name, shape in [("M", (hidden, hidden)), ("W", (2 * hidden, hidden)),
+                                            ("V", (hidden, hidden)), ("U", (hidden, hidden))]})
+
+
 def row_major_params(hidden, vocab_size, seed, inputs=None, dtype=np.float64):
     """`row_major_rnn`'s parameters; `inputs`: the embeddings' width (default `hidden`)."""
     rng = np.random.default_rng(seed)

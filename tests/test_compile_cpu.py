@@ -14,7 +14,8 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
                       gated_child_list, nary_forests, powered_rnn, row_major_params,
                       row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
-                      time_aware_rnn, vector_rnn_params, with_time_steps, word_sequences)
+                      time_aware_rnn, transposed_mv_params, transposed_mv_rnn,
+                      vector_rnn_params, with_time_steps, word_sequences)
 
 VOCAB = 50
 
@@ -502,6 +503,12 @@ def test_a_vector_times_a_parameter_and_a_transposed_parameter_equal_reference(
     p = row_major_params(hidden, VOCAB, seed, inputs)
     assert_same_result(row_major_rnn.run(forest, p, schedule=schedule),
                        row_major_rnn.reference(forest, p))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds, st.integers(1, 6))
+def test_matrix_states_times_parameters_read_transposed_equal_reference(forest, seed, hidden):
+    p = transposed_mv_params(hidden, VOCAB, seed)
+    assert_same_result(transposed_mv_rnn.run(forest, p), transposed_mv_rnn.reference(forest, p))
 
 
 def test_a_parameter_read_transposed_is_a_view_of_it_not_a_copy():

@@ -26,8 +26,8 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
     gated_child_list, nary_forests, powered_rnn, random_dags, row_major_params, row_major_rnn, \
-    scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn, vector_rnn_params, with_time_steps, \
-    word_sequences
+    scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params, \
+    transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -774,6 +774,14 @@ def test_a_vector_times_a_parameter_and_a_transposed_parameter_equal_reference(s
     p = row_major_params(HIDDEN, VOCAB, seed=3, inputs=5)
     assert_same_result(row_major_rnn.run(forest, p, backend="cuda", schedule=schedule),
                        row_major_rnn.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_matrix_states_times_parameters_read_transposed_equal_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
+    p = transposed_mv_params(HIDDEN, VOCAB, seed=4)
+    assert_same_result(transposed_mv_rnn.run(forest, p, backend="cuda", schedule=schedule),
+                       transposed_mv_rnn.reference(forest, p))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])

@@ -61,8 +61,9 @@ def _kept_weak(result, *arguments):
 
 
 def split(x, n):
-    """Split a vector into `n` equal consecutive parts."""
-    if x.shape[0] % n:
+    """Split a vector into `n` equal consecutive parts, or, as NumPy's `np.split`, at the
+    indices in the list `n`."""
+    if isinstance(n, int) and x.shape[0] % n:
         raise ValueError(f"cannot split a vector of length {x.shape[0]} into {n} equal parts")
     return tuple(np.split(x, n))
 
@@ -102,7 +103,7 @@ BINARY = {maximum: "maximum", minimum: "minimum"}
 # float64 one.)
 NUMPY = ((np.tanh, tanh), (np.exp, exp), (np.log, log), (np.maximum, maximum),
          (np.minimum, minimum), (np.concatenate, concat), (np.abs, abs), (builtins.abs, abs),
-         (np.sqrt, sqrt))
+         (np.sqrt, sqrt), (np.split, split))
 
 # NumPy's products, which a cell may write for `@`.
 PRODUCTS = (np.dot, np.matmul)

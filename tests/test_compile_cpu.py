@@ -518,6 +518,24 @@ def test_a_parameter_read_transposed_is_a_view_of_it_not_a_copy():
     assert "matmul_share(pT_U," in source and "copy" not in source
 
 
+@rj.recursive_model(arity=2)
+def split_cell(node, p):
+    """NumPy's split: in equal parts, and at indices (one from the end)."""
+    if node.is_leaf:
+        return p.E[node.word]
+    h = np.concatenate([split_cell(node.left, p), split_cell(node.right, p)])
+    a, b = np.split(h, 2)
+    first, middle, last = np.split(p.W @ h, [1, -1])
+    return rj.tanh(a * b + np.concatenate([last, middle, first]))
+
+
+@given(binary_forests(VOCAB, max_trees=5), seeds)
+def test_numpys_split_in_equal_parts_and_at_indices_equals_reference(forest, seed):
+    rng = np.random.default_rng(seed)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 4)), W=rng.normal(size=(4, 8)) / 2)
+    assert_same_result(split_cell.run(forest, p), split_cell.reference(forest, p))
+
+
 @given(binary_forests(VOCAB, max_trees=5), seeds)
 def test_integer_powers_equal_reference_and_compile_to_products(forest, seed):
     p = scaled_rnn_params(4, VOCAB, seed)

@@ -318,3 +318,16 @@ def test_the_inner_product_of_two_vectors_is_refused_naming_the_line():
                                                   r"two vectors \(shapes \(2,\) and \(2,\)\)"):
         inner_product.run(rj.Forest.from_nested([(1, 2)]),
                           rj.Params(E=np.ones((3, 2)), b=np.ones(2)))
+
+
+def test_a_split_that_leaves_an_empty_part_is_refused_naming_the_line():
+    @rj.recursive_model(arity=2)
+    def split_at_the_end(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        head, _ = np.split(split_at_the_end(node.left, p), [2])
+        return head + split_at_the_end(node.right, p)
+
+    with pytest.raises(rj.ShapeError, match=r"test_errors.py:\d+: splitting shape \(2,\) at "
+                                            r"\[2\] leaves an empty part"):
+        split_at_the_end.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))

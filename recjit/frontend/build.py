@@ -819,18 +819,30 @@ class Interpreter:
         return states if is_tuple else states[0]
 
     def split(self, arguments, keywords, node):
-        if len(arguments) != 2 or keywords or not isinstance(arguments[1], int):
-            raise self.unsupported("rj.split takes a vector and a constant number of parts",
-                                   node)
+        """`rj.split(x, n)` or `np.split(x, n)`: n equal parts; `np.split(x, [a, b])`: the
+        parts before a, from a to b, and from b on."""
+        parts = arguments[1] if len(arguments) == 2 else None
+        at_indices = isinstance(parts, (tuple, list)) and all(
+            isinstance(i, int) and not isinstance(i, bool) for i in parts)
+        if keywords or not (at_indices or isinstance(parts, int)):
+            raise self.unsupported("split takes a vector and a constant number of parts, or a "
+                                   "list of constant indices", node)
         tensor = self.builder.tensor(arguments[0], self.source, node)
-        parts = arguments[1]
-        if len(tensor.shape) != 1 or parts < 1 or tensor.shape[0] % parts:
+        if len(tensor.shape) != 1 or not at_indices and (parts < 1 or tensor.shape[0] % parts):
             raise self.shape_error(f"cannot split shape {tensor.shape} into {parts} equal "
                                    "parts", node)
-        width = tensor.shape[0] // parts
+        length = tensor.shape[0]
+        if at_indices:  # as NumPy clips them
+            bounds = [min(max(i + length if i < 0 else i, 0), length) for i in parts]
+        else:
+            bounds = [k * length // parts for k in range(1, parts)]
+        spans = list(zip([0, *bounds], [*bounds, length]))
+        if any(stop <= start for start, stop in spans):
+            raise self.shape_error(f"splitting shape {tensor.shape} at {list(parts)} leaves an "
+                                   "empty part", node)
         line = self.source.lineno(node)
-        return tuple(self.builder.emit("slice", (tensor.index,), (k * width, (k + 1) * width),
-                                       (width,), line) for k in range(parts))
+        return tuple(self.builder.emit("slice", (tensor.index,), (start, stop),
+                                       (stop - start,), line) for start, stop in spans)
 
     def concat(self, arguments, keywords, node):
         if len(arguments) != 1 or keywords or not isinstance(arguments[0], (tuple, list)):

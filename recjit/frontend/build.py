@@ -837,7 +837,7 @@ class Interpreter:
         else:
             bounds = [k * length // parts for k in range(1, parts)]
         spans = list(zip([0, *bounds], [*bounds, length]))
-        if any(stop <= start for start, stop in spans):
+        if at_indices and any(stop <= start for start, stop in spans):
             raise self.shape_error(f"splitting shape {tensor.shape} at {list(parts)} leaves an "
                                    "empty part", node)
         line = self.source.lineno(node)

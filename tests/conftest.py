@@ -169,6 +169,27 @@ def row_major_params(hidden, vocab_size, seed, inputs=None, dtype=np.float64):
 
 
 @rj.recursive_model(arity=None)
+def attentive_child_sum(node, p):
+    """Attention over any number of children: a score per child from an inner product, the
+    children's states weighted by their scores; and an inner product of the node's own
+    value (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return rj.tanh(p.W @ p.E[node.word])
+    states = [attentive_child_sum(c, p) for c in node.children]
+    scores = [rj.exp(np.dot(p.a, h)) for h in states]
+    total = sum(score * h for score, h in zip(scores, states)) / sum(scores)
+    return rj.tanh(p.U @ total + (total @ total) * p.a)
+
+
+def attentive_params(hidden, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
+                     a=rng.normal(size=hidden) / np.sqrt(hidden),
+                     W=rng.normal(size=(hidden, hidden)) / np.sqrt(hidden),
+                     U=rng.normal(size=(hidden, hidden)) / np.sqrt(hidden))
+
+
+@rj.recursive_model(arity=None)
 def child_mean(node, p):
     """The mean of any number of children's states: `node.num_children` and
     `len(node.children)` as numbers per node (the CPU and CUDA tests')."""

@@ -11,7 +11,8 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (assert_same_result, binary_forests, caterpillar, child_mean,
+from conftest import (assert_same_result, attentive_child_sum, attentive_params,
+                      binary_forests, caterpillar, child_mean,
                       gated_child_list, nary_forests, powered_rnn, row_major_params,
                       row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
                       time_aware_rnn, transposed_mv_params, transposed_mv_rnn,
@@ -249,6 +250,27 @@ def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
 def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(gated_child_list.run(forest, p), gated_child_list.reference(forest, p))
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds,
+       st.sampled_from([rj.Schedule(), rj.Schedule(unroll=2)]))
+def test_inner_products_weighting_any_number_of_children_equal_reference(forest, seed, schedule):
+    p = attentive_params(5, VOCAB, seed)
+    assert_same_result(attentive_child_sum.run(forest, p, schedule=schedule),
+                       attentive_child_sum.reference(forest, p))
+
+
+def test_an_inner_product_of_the_nodes_own_values_is_computed_once_a_node():
+    """`total @ total` goes before the loop over the state's elements, not into it."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
+    source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1))
+    lines = source[source.index("for b in range"):].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "for e in range(5):")
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    body = [line.strip() for line in lines[start + 1:]
+            if line.strip() and len(line) - len(line.lstrip()) > indent]
+    body = body[:next(i for i, line in enumerate(body) if line.startswith("state_0")) + 1]
+    assert body and not any(line.startswith("for ") for line in body)
 
 
 @given(word_sequences(VOCAB, max_length=40), seeds)

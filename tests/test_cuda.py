@@ -24,10 +24,11 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import assert_same_result, binary_forests, caterpillar, child_mean, \
-    gated_child_list, nary_forests, powered_rnn, random_dags, row_major_params, row_major_rnn, \
-    scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params, \
-    transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences
+from conftest import assert_same_result, attentive_child_sum, attentive_params, \
+    binary_forests, caterpillar, child_mean, gated_child_list, nary_forests, powered_rnn, \
+    random_dags, row_major_params, row_major_rnn, scaled_rnn, scaled_rnn_params, seeds, \
+    time_aware_rnn, transposed_mv_params, transposed_mv_rnn, vector_rnn_params, \
+    with_time_steps, word_sequences
 from numba import cuda
 from numba.core import config
 
@@ -774,6 +775,14 @@ def test_a_vector_times_a_parameter_and_a_transposed_parameter_equal_reference(s
     p = row_major_params(HIDDEN, VOCAB, seed=3, inputs=5)
     assert_same_result(row_major_rnn.run(forest, p, backend="cuda", schedule=schedule),
                        row_major_rnn.reference(forest, p))
+
+
+@pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
+def test_inner_products_weighting_any_number_of_children_equal_reference(schedule):
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7, 8, 9), 3])
+    p = attentive_params(HIDDEN, VOCAB, seed=6)
+    assert_same_result(attentive_child_sum.run(forest, p, backend="cuda", schedule=schedule),
+                       attentive_child_sum.reference(forest, p))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])

@@ -307,17 +307,17 @@ def test_a_parameter_named_as_another_ones_transpose_is_refused_naming_both():
                  rj.Params(E=np.ones((3, 2)), W=np.eye(2), W_T=np.eye(2)))
 
 
-def test_the_inner_product_of_two_vectors_is_refused_naming_the_line():
+def test_an_inner_product_of_vectors_of_different_lengths_names_the_line():
     @rj.recursive_model(arity=2)
-    def inner_product(node, p):
+    def mismatched(node, p):
         if node.is_leaf:
             return p.E[node.word]
-        return np.dot(inner_product(node.left, p), inner_product(node.right, p)) * p.b
+        return np.dot(mismatched(node.left, p), p.b) * mismatched(node.right, p)
 
-    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: the inner product of "
-                                                  r"two vectors \(shapes \(2,\) and \(2,\)\)"):
-        inner_product.run(rj.Forest.from_nested([(1, 2)]),
-                          rj.Params(E=np.ones((3, 2)), b=np.ones(2)))
+    with pytest.raises(rj.ShapeError, match=r"test_errors.py:\d+: the inner product of shapes "
+                                            r"\(2,\) and \(3,\): lengths differ"):
+        mismatched.run(rj.Forest.from_nested([(1, 2)]),
+                       rj.Params(E=np.ones((3, 2)), b=np.ones(3)))
 
 
 def test_a_split_that_leaves_an_empty_part_is_refused_naming_the_line():

@@ -141,7 +141,7 @@ class CaseBuilder:
         zeros = [self.is_zero(a) for a in args]
         if not any(zeros):
             return None
-        if kind in ("matvec", "matmul", "child_sum") or (
+        if kind in ("matvec", "matmul", "inner", "child_sum") or (
                 kind == "binary" and attrs[0] == "mul") or (kind == "binary" and all(zeros)):
             return self.emit("fill" if shape else "const", (), (0.0,), shape, line)
         if kind == "binary" and attrs[0] in ("add", "sub"):
@@ -632,10 +632,11 @@ class Interpreter:
         if len(left.shape) == 1 and len(getattr(right, "shape", ())) == 2:
             return self.vector_matmul(left, right, node)
         right = self.builder.tensor(right, self.source, node)
-        if len(left.shape) == 1 and len(right.shape) == 1:
-            raise self.unsupported(f"the inner product of two vectors (shapes {left.shape} and "
-                                   f"{right.shape}) is not part of the cell language: nothing "
-                                   "sums a vector's elements", node)
+        if len(left.shape) == 1 and len(right.shape) == 1:  # a number
+            if left.shape != right.shape:
+                raise self.shape_error(f"the inner product of shapes {left.shape} and "
+                                       f"{right.shape}: lengths differ", node)
+            return self.builder.emit("inner", (left.index, right.index), (), (), line)
         if len(left.shape) != 2 or len(right.shape) not in (1, 2):
             raise self.shape_error(f"`@` needs a matrix on the left and a vector or matrix on "
                                    f"the right, not shapes {left.shape} and {right.shape}", node)

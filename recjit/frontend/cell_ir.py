@@ -12,7 +12,8 @@ parameters and fields. Op kinds and their `attrs`:
   const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`
   unary        (function,)          tanh sigmoid relu exp log sqrt neg abs
   binary       (function,)          add sub mul div maximum minimum; scalars broadcast
-  matvec       ()                   matrix @ vector; `matmul` matrix @ matrix
+  matvec       ()                   matrix @ vector; `matmul` matrix @ matrix; `inner` vector
+                                    @ vector, a number
   slice        (start, stop)        elements start..stop of a vector
   concat       ()                   vectors joined end to end, or matrices stacked as rows
 

@@ -29,6 +29,7 @@ STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
 # The batch loop counts b down to 0; batch 0, the last, holds roots only.
 NOT_LAST_BATCH = BinOp(">", Var("b"), Const(0))
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+LOOPED_NUMBERS = ("inner", "child_sum")  # numbers computed by a loop: once a node
 
 
 def state_name(component):
@@ -54,14 +55,18 @@ class ElementEmitter:
     Reductions open an inner loop with a child emitter: `child_sum` a loop over the node's
     children (`scope="child"`: what is the same for every child is computed before the loop,
     by the parent), a product with a computed matrix a loop over the contraction index
-    (`scope="dot"`)."""
+    (`scope="dot"`, which leaves numbers to its parent: they are the same for every k). An
+    element loop's emitter (`scope="node"`) leaves the numbers that take a loop of their own
+    (an inner product, a sum over children of numbers) to the node's emitter, whose
+    statements run once a node, before the element loops: read in every element, they would
+    be computed again in each."""
 
     def __init__(self, pass_lowering, parent=None, scope=None):
         self.pass_lowering = pass_lowering
         self.ops = pass_lowering.case.ops
         self.parent = parent
         self.scope = scope
-        self.used = {} if parent is None else parent.used
+        self.used = {} if parent is None or scope == "node" else parent.used
         self.statements = []
         self.names = {}
 
@@ -75,6 +80,9 @@ class ElementEmitter:
         which decides the part of a concatenation."""
         op = self.ops[value]
         if self.scope == "child" and not op.per_child:
+            return self.parent.element(value, index, position)
+        if self.scope == "node" and op.shape == () and op.kind in LOOPED_NUMBERS or (
+                self.scope == "dot" and op.shape == ()):  # the same for every k
             return self.parent.element(value, index, position)
         if op.shape == ():
             index = Const(0)
@@ -113,7 +121,7 @@ class ElementEmitter:
             return Load(projection, (node, index))
         if kind == "child_sum":
             return self.child_sum(value, op, index, position)
-        if kind in ("matvec", "matmul"):
+        if kind in ("matvec", "matmul", "inner"):
             return self.dot(value, op, index, position)
         if kind == "gather":
             table, field = op.attrs
@@ -152,11 +160,14 @@ class ElementEmitter:
 
     def dot(self, value, op, index, position):
         """Element (i, j) of a product whose matrix is computed in the node: Σ_k A[i,k] B[k,j],
-        one loop per segment of k in which neither operand changes definition."""
+        one loop per segment of k in which neither operand changes definition; the inner
+        product of two vectors is its one element, Σ_k a[k] b[k]."""
         matrix, operand = op.args
-        inner = self.ops[matrix].shape[1]
+        inner = self.ops[matrix].shape[-1]
         columns = op.shape[1] if op.kind == "matmul" else 1
-        if columns == 1:
+        if op.kind == "inner":
+            row, column, row_position, column_position = None, None, 0, 0
+        elif columns == 1:
             row, column, row_position, column_position = index, None, position, 0
         else:
             row, column = BinOp("//", index, Const(columns)), BinOp("%", index, Const(columns))
@@ -166,8 +177,8 @@ class ElementEmitter:
         k = f"k{value}"
         for low, high in contraction_segments(self.ops, matrix, operand, columns):
             emitter = ElementEmitter(self.pass_lowering, self, "dot")
-            left = emitter.element(matrix, add(mul(row, inner), Var(k)),
-                                   row_position * inner + low)
+            left = emitter.element(matrix, Var(k) if row is None
+                                   else add(mul(row, inner), Var(k)), row_position * inner + low)
             right = emitter.element(operand, Var(k) if column is None else
                                     add(mul(Var(k), columns), column),
                                     low * columns + column_position)
@@ -232,7 +243,7 @@ def breakpoints(ops, value):
 
 def contraction_segments(ops, matrix, operand, columns):
     """Ranges of the contraction index k over which both operands keep one definition."""
-    inner = ops[matrix].shape[1]
+    inner = ops[matrix].shape[-1]
     points = {point % inner for point in breakpoints(ops, matrix)}
     points |= {point // columns for point in breakpoints(ops, operand) if point % columns == 0}
     return _ranges({0, inner} | points)
@@ -264,6 +275,7 @@ class PassLowering:
         self.edge_capacity = edge_capacity
         self.locations = dict(available)
         self.preamble = {}
+        self.node_emitter = None  # the numbers the next parallel loop computes once a node
         self.depth_memo = {}
         self.uses_edges = False
         # The products' rows: one per slot, or with `distinct` = (how many, node of one, the
@@ -338,7 +350,9 @@ class PassLowering:
 
     def _parallel_loop(self, variable, count, lets, body):
         preamble = [Let(name, value) for name, value in self.preamble.items()]
-        self.preamble = {}
+        if self.node_emitter is not None:
+            preamble += self.node_emitter.statements
+        self.preamble, self.node_emitter = {}, None
         return Loop(variable, Const(0), count, tuple(lets) + tuple(preamble) + tuple(body),
                     parallel=True)
 
@@ -456,8 +470,10 @@ class PassLowering:
         ranges = segments(self.case.ops, values, size)
         if columns and any(low % columns or high % columns for low, high in ranges):
             columns = 0
+        if self.node_emitter is None:
+            self.node_emitter = ElementEmitter(self)
         for low, high in ranges:
-            emitter = ElementEmitter(self)
+            emitter = ElementEmitter(self, self.node_emitter, "node")
             body = stores(emitter, low)
             loops.append(Loop(variable, Const(low), Const(high),
                               tuple(emitter.statements) + tuple(body), element=True,

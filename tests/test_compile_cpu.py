@@ -260,17 +260,27 @@ def test_inner_products_weighting_any_number_of_children_equal_reference(forest,
                        attentive_child_sum.reference(forest, p))
 
 
-def test_an_inner_product_of_the_nodes_own_values_is_computed_once_a_node():
-    """`total @ total` goes before the loop over the state's elements, not into it."""
+def test_the_cpu_kernel_computes_each_inner_product_once_a_node_or_a_child():
+    """No loop over a state's 5 elements encloses an inner product's own loop: the node's
+    `total @ total` and each child's score are computed before the element loops that read
+    them, and the weighted sum over children goes into a row first."""
     forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
     source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1))
     lines = source[source.index("for b in range"):].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == "for e in range(5):")
-    indent = len(lines[start]) - len(lines[start].lstrip())
-    body = [line.strip() for line in lines[start + 1:]
-            if line.strip() and len(line) - len(line.lstrip()) > indent]
-    body = body[:next(i for i, line in enumerate(body) if line.startswith("state_0")) + 1]
-    assert body and not any(line.startswith("for ") for line in body)
+
+    def indent(line):
+        return len(line) - len(line.lstrip())
+
+    inner_loops = [i for i, line in enumerate(lines) if line.strip().startswith("for k2 ")]
+    assert inner_loops
+    for i in inner_loops:
+        enclosing, depth = [], indent(lines[i])
+        for line in reversed(lines[:i]):
+            if line.strip() and indent(line) < depth:
+                enclosing.append(line.strip())
+                depth = indent(line)
+        assert not any(line.startswith("for ") and line.endswith("in range(5):")
+                       for line in enclosing), enclosing
 
 
 @given(word_sequences(VOCAB, max_length=40), seeds)

@@ -15,16 +15,24 @@ of its own, walked child by child with the element loop innermost:
 Each element adds the same terms in the same order as before. A run of 10 SST trees at h256,
 alternating processes, median ms: TreeGRU 1.53 → 1.07, SimpleTreeGRU 1.42-1.69 → 1.09,
 child-sum TreeLSTM 2.07 → 1.36; DAG-RNN on 10 grids 2.20-2.58 → 1.99. Inside a `prange`,
-numba hoists a fixed-size `np.empty` to one allocation per thread."""
+numba hoists a fixed-size `np.empty` to one allocation per thread.
+
+A child's own numbers (a score, `np.dot(p.a, h_k)`) go before the row's element loop, once a
+child; and a dot loop, the inner product of a sum over children, takes its sum from a row the
+same way. An attention cell at h256 on 10 SST trees: 3.0-3.3 → 0.52-0.54 ms."""
+from dataclasses import replace
+
 from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, Store, Var, add, nodes
 
 
 def sums_first(loop):
-    """The statements that replace element loop `loop`: the row of each sum over children,
-    then the loop reading them. Where a sum's terms read values the element loop computes
-    (a gate of the node's own), the row's loop computes them again, once a child. Unchanged
-    (`(loop,)`) when the loop holds no such sum."""
-    if not (loop.element and not loop.columns and isinstance(loop.start, Const)
+    """The statements that replace element loop `loop`, or a dot loop (a sequential loop over
+    a contraction index, as an inner product's with a sum over children): the row of each sum
+    over children, then the loop reading them. Where a sum's terms read values the loop
+    computes (a gate of the node's own), the row's loop computes them again, once a child.
+    Unchanged (`(loop,)`) when the loop holds no such sum."""
+    sequential = loop.element or not (loop.parallel or loop.one_worker)
+    if not (sequential and not loop.columns and isinstance(loop.start, Const)
             and isinstance(loop.stop, Const)
             and all(isinstance(statement, (Let, Loop, Store)) for statement in loop.body)):
         return (loop,)
@@ -46,10 +54,11 @@ def sums_first(loop):
             row = f"sums_{total}"
             summed.add(total)
             copied.update(let.name for let in recomputed)
+            once, each = _once_a_child(tuple(terms[1:]), loop.var, recomputed)
             first += [Alloc(row, (size,)),
                       _element_loop(loop, (Store(row, (position,), Const(0.0)),)),
                       Loop(statement.var, statement.start, statement.stop, (
-                          terms[0], _element_loop(loop, recomputed + tuple(terms[1:]) + (Store(
+                          terms[0], *once, _element_loop(loop, recomputed + each + (Store(
                               row, (position,), BinOp("+", Load(row, (position,)), term)),))))]
             body[-1] = lets[total] = Let(total, Load(row, (position,)))
             continue
@@ -60,7 +69,28 @@ def sums_first(loop):
         return (loop,)
     read = {var.name for var in nodes(tuple(body), Var)}
     body = [s for s in body if not (isinstance(s, Let) and s.name in copied and s.name not in read)]
-    return tuple(first) + (_element_loop(loop, tuple(body)),)
+    return tuple(first) + (replace(loop, body=tuple(body)),)
+
+
+def _once_a_child(statements, element, recomputed):
+    """(statements that read no element, in order; the rest): a child's own number, as an
+    inner product with its state, goes before the element loop, computed once a child, not
+    once an element. A statement stays in the loop where it reads the element, a name the
+    loop's statements bind (`recomputed` too), or binds one they bind."""
+    inside = set()
+    while True:
+        bound_inside = {let.name for let in recomputed}
+        bound_inside |= {let.name for i in inside for let in nodes(statements[i], Let)}
+        bound_inside |= {loop.var for i in inside for loop in nodes(statements[i], Loop)}
+        more = {i for i, statement in enumerate(statements) if i not in inside and (
+            isinstance(statement, Store)
+            or any(var.name in bound_inside | {element} for var in nodes(statement, Var))
+            or any(let.name in bound_inside for let in nodes(statement, Let)))}
+        if not more:
+            break
+        inside |= more
+    return (tuple(s for i, s in enumerate(statements) if i not in inside),
+            tuple(s for i, s in enumerate(statements) if i in inside))
 
 
 def _recomputed(terms, lets, rebound, stored):
@@ -70,8 +100,9 @@ def _recomputed(terms, lets, rebound, stored):
     needed, pending = set(), [terms]
     while pending:
         for var in nodes(pending.pop(), Var):
-            if var.name in lets and var.name in rebound:
-                return None
+            if var.name in lets and (var.name in rebound
+                                     or Var(var.name) in nodes(lets[var.name].value, Var)):
+                return None  # accumulated in a loop of its own, or across the loop's steps
             if var.name in lets and var.name not in needed:
                 needed.add(var.name)
                 pending.append(lets[var.name].value)

@@ -42,12 +42,15 @@ MISTAKES = {
 def expressions(draw, atoms, depth=3):
     """A vector expression of size HIDDEN over `atoms`: every elementwise function and
     operator of the cell language, constants, scalar parameters, slices and concatenation,
-    products with a parameter read as it is or transposed."""
+    products with a parameter read as it is or transposed, inner products."""
     if depth == 0 or draw(st.integers(0, 3)) == 0:
         return draw(st.sampled_from(atoms))
     kind = draw(st.sampled_from(["function", "operator", "product", "scaled", "divided",
-                                 "softplus", "bounded", "negated", "rotated", "powered"]))
+                                 "softplus", "bounded", "negated", "rotated", "powered",
+                                 "scored"]))
     inner = draw(expressions(atoms, depth - 1))
+    if kind == "scored":  # by a number: an inner product, bounded
+        return f"(rj.tanh({inner} @ {draw(expressions(atoms, depth - 1))}) * {inner})"
     if kind == "scaled":  # by a scalar parameter
         return f"({inner} * p.s)"
     if kind == "divided":  # by something that stays away from 0
@@ -56,8 +59,9 @@ def expressions(draw, atoms, depth=3):
         return f"rj.log(1.0 + rj.exp(-rj.relu({inner})))"
     if kind == "bounded":
         return f"{draw(st.sampled_from(['rj.maximum', 'rj.minimum']))}({inner}, 0.25)"
-    if kind == "powered":  # of a bounded value, so that the powers stay finite
-        return f"(rj.tanh({inner}) ** {draw(st.integers(0, 3))})"
+    if kind == "powered":  # of a bounded value, so that the powers stay finite; not `** 0`,
+        # ones, which would make a child's term the same for every child (refused by design)
+        return f"(rj.tanh({inner}) ** {draw(st.integers(1, 3))})"
     if kind == "negated":
         return f"(2 - -{inner})"
     if kind == "rotated":  # slices and a concatenation

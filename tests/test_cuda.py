@@ -19,6 +19,7 @@ from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from simple_tree_gru import simple_tree_gru
+from tree_attention import make_params as tree_attention_params, tree_attention
 from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
@@ -50,7 +51,8 @@ TREE_MODELS = {
 CHILD_SUM_MODELS = {
     "tree_gru": (tree_gru, tree_gru_params), "simple_tree_gru": (simple_tree_gru,
                                                                  tree_gru_params),
-    "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params)}
+    "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params),
+    "tree_attention": (tree_attention, tree_attention_params)}
 SEQUENCE_MODELS = {"lstm": (lstm, lstm_params), "gru": (gru, gru_params)}
 
 

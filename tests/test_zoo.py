@@ -1,5 +1,6 @@
-"""Every model of DESIGN §7, compiled for the CPU, equals its naive recursion on generated
-structures of its kind and random parameters (within 1e-5 relative, float64)."""
+"""Every model of DESIGN §7 (and every other example), compiled for the CPU, equals its naive
+recursion on generated structures of its kind and random parameters (within 1e-5 relative,
+float64)."""
 import io
 
 import numpy as np
@@ -12,6 +13,7 @@ from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from simple_tree_gru import simple_tree_gru
+from tree_attention import make_params as tree_attention_params, tree_attention
 from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
@@ -51,6 +53,12 @@ def test_dag_rnn_equals_reference_on_random_dags_with_shared_nodes(forest, seed,
 @given(nary_forests(VOCAB), seeds, scales)
 def test_tree_gru_equals_reference_on_trees_with_0_to_6_children(forest, seed, scale):
     check(tree_gru, forest, scaled(tree_gru_params(HIDDEN, VOCAB, "float64", seed), scale))
+
+
+@given(nary_forests(VOCAB), seeds, scales)
+def test_tree_attention_equals_reference_on_trees_with_0_to_6_children(forest, seed, scale):
+    p = scaled(tree_attention_params(HIDDEN, VOCAB, "float64", seed), scale)
+    check(tree_attention, forest, p)
 
 
 @given(nary_forests(VOCAB), seeds, scales)

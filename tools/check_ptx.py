@@ -57,7 +57,8 @@ def record(path):
         return launch(self, *arguments)
 
     dispatcher_type.__call__ = recording
-    import dag_rnn, gru, lstm, mv_rnn, simple_tree_gru, tree_fc, tree_gru, tree_lstm, tree_rnn
+    import dag_rnn, gru, lstm, mv_rnn, simple_tree_gru, tree_attention, tree_fc, tree_gru, \
+        tree_lstm, tree_rnn
     tree = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (6, 7)])
     nary = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7, 8, 9)])
     chains = rj.Forest.from_sequences([3, 2], fields={"word": [1, 2, 3, 4, 5]})
@@ -68,6 +69,7 @@ def record(path):
              (tree_gru.tree_gru, nary, tree_gru.make_params),
              (simple_tree_gru.simple_tree_gru, nary, tree_gru.make_params),
              (tree_lstm.child_sum_tree_lstm, nary, tree_lstm.make_params),
+             (tree_attention.tree_attention, nary, tree_attention.make_params),
              (lstm.lstm, chains, lstm.make_params), (gru.gru, chains, gru.make_params)]
     for dtype in ("float32", "float64"):
         runs = [(model, forest, make(HIDDEN, VOCAB, dtype, 0)) for model, forest, make in cases]

@@ -1,9 +1,11 @@
 """The hand-tuned building blocks of generated CPU kernels equal their plain definitions."""
 import threading
 
+import numba
 import numpy as np
 from hypothesis import given, strategies as st
 
+from recjit.codegen_cpu import calls
 from recjit.codegen_cpu.runtime import (OUTER_CHUNK, matmul_rows, matmul_share, pack_share,
                                        panel_rows, row_panels, weight_panels)
 
@@ -95,22 +97,31 @@ def test_two_threads_claiming_blocks_at_once_cover_every_row_once_product_after_
         assert not claimed.any() and 0 <= starts[0] < 4096 // 8
 
 
+@numba.njit
+def transposed_product(parameter, x, y):
+    """y = x @ parameter as a kernel computes `h @ p.W`: through the rows of `p_W.T` as
+    panels, by the products' exported symbol (compiled once per dtype, not for this test)."""
+    weight = parameter.T
+    claimed, starts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
+    calls.matmul_share(weight, calls.row_panels(weight), x, y, x.shape[0], 8, 0, 1, True,
+                       claimed, starts)
+
+
 @given(st.integers(1, 50), st.integers(1, 40), st.integers(1, 13),
        st.sampled_from(["float32", "float64"]))
 def test_products_through_a_transposed_parameters_rows_as_panels_equal_numpy(
         weight_rows, inner, nodes, dtype):
-    """`row_panels` of `pT_W = p_W.T` are views of p_W's rows, and the rows after the last
-    whole panel go through the dot blocks, at a stride."""
+    """`row_panels` of `pT_W = p_W.T` are views of p_W's rows (a read-only parameter's too),
+    and the rows after the last whole panel go through the dot blocks, at a stride."""
     rng = np.random.default_rng(weight_rows * 100 + inner)
     parameter = rng.normal(size=(inner, weight_rows)).astype(dtype)
     parameter.flags.writeable = False
-    x = rng.normal(size=(nodes, inner)).astype(dtype)
     panels = row_panels(parameter.T)
     assert panels.shape[0] == weight_rows // (64 // parameter.itemsize)
     assert np.shares_memory(panels, parameter) or panels.size == 0
+    x = rng.normal(size=(nodes, inner)).astype(dtype)
     y = np.full((nodes, weight_rows), np.nan, dtype=dtype)
-    claimed, starts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    matmul_share(parameter.T, panels, x, y, nodes, 8, 0, 1, True, claimed, starts)
+    transposed_product(parameter, x, y)
     np.testing.assert_allclose(y, x @ parameter, rtol=1e-4, atol=1e-4)
 
 

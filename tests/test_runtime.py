@@ -125,6 +125,11 @@ def test_products_through_a_transposed_parameters_rows_as_panels_equal_numpy(
     np.testing.assert_allclose(y, x @ parameter, rtol=1e-4, atol=1e-4)
 
 
+def test_a_weight_whose_rows_are_not_adjacent_has_no_row_panels():
+    """Its products read its rows as they are, through the dot blocks."""
+    assert row_panels(np.ones((40, 8))).shape[0] == 0
+
+
 @given(st.integers(1, 50), st.integers(1, 40), st.sampled_from(["float32", "float64"]))
 def test_pack_share_transposes_every_whole_panel_of_the_weight(weight_rows, inner, dtype):
     """Panel p holds rows p·width .. p·width + width - 1, column k at panels[p, k]; the rows

@@ -21,8 +21,8 @@ def expression(node):
 def print_kernel(kernel):
     lines = [(f"kernel {kernel.name}({', '.join(kernel.scalars + kernel.arrays)})  "
               f"dtype={kernel.dtype}")]
-    lines += [f"  {view} = {array}.T  (read transposed where it lies; unfused on a GPU, a copy a run)"
-              for view, array in kernel.transposed]
+    lines += [f"  {view} = {array}.T  (read transposed where it lies; unfused on a GPU, a "
+              "copy a run)" for view, array in kernel.transposed]
     _statements(kernel.body, 1, lines)
     return "\n".join(lines)
 

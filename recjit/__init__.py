@@ -1,5 +1,5 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (DESIGN.md)."""
-from .errors import (FallbackWarning, InputError, RecJitError, RecursionPropertyError,
+from .errors import (CacheWarning, FallbackWarning, InputError, RecJitError, RecursionPropertyError,
                      ScheduleError, ShapeError, UnsupportedError)
 from .linearize import Forest
 from .model import RecursiveModel, recursive_model
@@ -13,7 +13,7 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params",
+__all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView", "Params",
            "RecJitError", "RecursionPropertyError", "RecursiveModel", "Result", "Schedule",
            "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log", "maximum",
            "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt", "tanh",

@@ -1,4 +1,4 @@
-"""The errors recjit raises, and its one warning. Every failure a user can cause is one of
+"""The errors recjit raises, and its warnings. Every failure a user can cause is one of
 these errors, never a traceback from inside the compiler or a numba typing error."""
 
 
@@ -46,3 +46,8 @@ class ScheduleError(RecJitError):
 class FallbackWarning(UserWarning):
     """A schedule runs in a slower form than asked for, because this device cannot run it as
     asked (a fused CUDA schedule where no cooperative launch is possible); says why."""
+
+
+class CacheWarning(UserWarning):
+    """A file of the kernel cache was damaged (cut short, corrupted) and is being rebuilt; the
+    result is computed as if it had never been cached."""

@@ -1,6 +1,11 @@
 """Loading generated source: written to a file in the cache directory and imported, so that
 numba's on-disk cache (keyed by file) keeps the machine code across processes. Both code
-generators load their modules here."""
+generators load their modules here.
+
+A cache is only a copy: a file that is cut short, corrupted or left half-written (a full disk,
+a copy interrupted) is never used. A generated file is compared with the source it must hold
+before it is imported, and written again if it differs; an entry of numba's cache that cannot be
+loaded is dropped and compiled again. Either says so with a `CacheWarning`."""
 import hashlib
 import importlib.util
 import os
@@ -8,8 +13,11 @@ import pathlib
 import sys
 import tempfile
 import threading
+import warnings
 
 import numba
+
+from .errors import CacheWarning
 
 _lock = threading.Lock()
 # The modification time of every generated file. numba-cuda's disk cache (0.30) trusts a
@@ -45,14 +53,69 @@ def load_module(source, name, runtime):
         if module_name in sys.modules:
             return sys.modules[module_name]
         path = cache_dir() / f"{module_name}.py"
-        if not path.exists():
-            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
-                                             delete=False) as handle:
-                handle.write(source)
-            os.utime(handle.name, (SOURCE_MTIME, SOURCE_MTIME))
-            os.replace(handle.name, path)
+        held = _read_text(path)
+        if held != source:
+            if held is not None:
+                warnings.warn(f"recjit: {path} does not hold the source its name promises (a "
+                              "damaged cache); writing it again", CacheWarning, stacklevel=3)
+            _write_atomically(path, source)
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
+        guard_caches(module)
         sys.modules[module_name] = module
         return module
+
+
+def _read_text(path):
+    """The text of `path`, or None where there is none to read (no file, or not UTF-8)."""
+    try:
+        return path.read_text()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
+
+
+def _write_atomically(path, text):
+    """Write `text` to a temporary file beside `path`, then rename it: a reader sees the old
+    file or the whole new one, never part of it."""
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
+                                     delete=False) as handle:
+        handle.write(text)
+    os.utime(handle.name, (SOURCE_MTIME, SOURCE_MTIME))
+    os.replace(handle.name, path)
+
+
+def guard_caches(*modules):
+    """Make every numba function of `modules` that caches its machine code on disk compile
+    again, with a warning, where its cache cannot be read, instead of raising numba's error
+    (an `UnpicklingError` from a truncated index, say) at every call."""
+    for module in modules:
+        for value in vars(module).values():
+            cache = getattr(value, "_cache", None)
+            if hasattr(cache, "load_overload") and not getattr(cache, "guarded", False):
+                _guard(cache, getattr(value, "__qualname__", repr(value)))
+
+
+def _guard(cache, name):
+    load, save = cache.load_overload, cache.save_overload
+
+    def load_overload(signature, target_context):
+        try:
+            return load(signature, target_context)
+        except Exception as error:  # noqa: BLE001 (whatever the damage, compiling is right)
+            warnings.warn(f"recjit: the disk cache of {name} cannot be read ({error!r}); "
+                          "compiling it again", CacheWarning, stacklevel=2)
+            try:
+                cache.flush()  # an empty index in place of the damaged one
+            except OSError:
+                pass
+            return None
+
+    def save_overload(signature, data):
+        try:
+            save(signature, data)
+        except Exception as error:  # noqa: BLE001 (the compiled code works without its copy)
+            warnings.warn(f"recjit: the machine code of {name} could not be cached on disk "
+                          f"({error!r}); it is kept in memory", CacheWarning, stacklevel=2)
+
+    cache.load_overload, cache.save_overload, cache.guarded = load_overload, save_overload, True

@@ -70,7 +70,8 @@ class ByForest:
     whether to refactor (`lowering.choose.RefactorTrade`). Each is compiled when a forest
     first asks for it. `schedule`: the fields every forest shares."""
 
-    def __init__(self, trade, schedule, compile_schedule):
+    def __init__(self, cell, trade, schedule, compile_schedule):
+        self.cell = cell
         self.schedule = schedule
         self.trade = trade
         self.compile_schedule = compile_schedule
@@ -118,13 +119,15 @@ class RecursiveModel:
     def __init__(self, function, arity, kind, schedule):
         functools.update_wrapper(self, function)
         self.function = function
-        self._arguments = inspect.signature(function)  # the cell's: context defaults, keywords
+        # the cell's own (a wrapper's, not what it wraps): context defaults, keywords
+        self._arguments = inspect.signature(function, follow_wrapped=False)
         self.arity = arity
         self.kind = kind
         self.schedule = schedule
         self._analysed = None  # (the current `Analysis`, the `Binding` it was made for)
         self._analyses = {}  # (the outside names, a `Binding.key`) → its `Analysis`
         self._compiled = {}
+        self._cells = {}  # (parameters, fields, analysis) of a `signature` → its cell IR
         self._latest = {}
         self._lock = threading.Lock()
 
@@ -136,7 +139,7 @@ class RecursiveModel:
             bound.apply_defaults()
             context = bound.args[2:]
         if isinstance(node, NodeView):
-            state = memoised_state(node.forest, node.index, context)
+            state = memoised_state(node.forest, node.index, p, context)
             if state is not None:
                 return state
         return self.function(node, p, *context)
@@ -228,13 +231,11 @@ class RecursiveModel:
         schedule = _checked_schedule(schedule, self.schedule)
         key = self.signature(analysis, forest, p, backend, schedule)
         entry = self._compiled.get(key)
-        if entry is None:
+        if entry is None or not entry.cell.outside.holds():
             with self._lock:
                 entry = self._compiled.get(key)
-                if entry is None:
-                    field_specs = {name: _field_spec(values)
-                                   for name, values in forest.fields.items()}
-                    cell = build_cell_ir(self, analysis.source, p, field_specs, self.arity)
+                if entry is None or not entry.cell.outside.holds():
+                    cell = self._cell_for(analysis, forest, p, key)
                     barriers = backend_barriers(backend, schedule, key[2])
                     chosen, trade = choose_schedule(cell, schedule, backend, self.kind,
                                                     self.arity, barriers)
@@ -245,11 +246,22 @@ class RecursiveModel:
                         return Compiled(cell, chosen, kernel, backend_kernel(
                             backend, kernel, fast_math, chosen, key[2]))
 
-                    entry = (ByForest(trade, chosen, compile_schedule)
+                    entry = (ByForest(cell, trade, chosen, compile_schedule)
                              if chosen.refactor is None
                              else compile_schedule(chosen))
                     self._compiled[key] = entry
         return key, entry
+
+    def _cell_for(self, analysis, forest, p, key):
+        """The cell IR for these parameters' shapes and this forest's fields; `key`: their
+        `signature`, of which the backend and schedule do not matter here."""
+        key = (key[2], key[3], key[4])
+        cell = self._cells.get(key)
+        if cell is None or not cell.outside.holds():  # built before a value it read changed
+            field_specs = {name: _field_spec(values) for name, values in forest.fields.items()}
+            cell = build_cell_ir(self, analysis.source, p, field_specs, self.arity)
+            self._cells[key] = cell
+        return cell
 
     # running ---------------------------------------------------------------------------
     def linearize(self, forest, schedule=None):
@@ -343,21 +355,29 @@ class RecursiveModel:
             raise InputError(f"this forest was prepared for another backend, schedule or "
                              f"parameter shapes than backend={backend!r} and these; call "
                              f"{self.__name__}.prepare again")
+        changed = prepared.compiled.cell.outside.changed()
+        if changed is not None:
+            raise InputError(f"`{changed}`, which {self.__name__} reads from outside its body, "
+                             "has changed since this forest was prepared; call "
+                             f"{self.__name__}.prepare again")
         self._latest[backend] = prepared.compiled
         return prepared.compiled, prepared.linearized
 
     def reference(self, forest, p, context=()):
-        """The naive recursion's result, in the same `Result` form as `run`."""
-        linearized_check = self.linearize(forest)
+        """The naive recursion's result, in the same `Result` form as `run`, after the checks
+        `run` makes: the cell, the forest's structure, the parameters' shapes and every
+        gathered index (so a negative word is refused, not read from the table's end)."""
+        _require_forest(forest)
         forest = forest.on_host()
-        if linearized_check.num_nodes == 0:
-            return self._empty_result(self.compile(forest, p, context=context).cell)
         analysis = self.analyse()
         context = self.with_defaults(analysis.usage.context, tuple(context))
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
-        for name in analysis.parameters:
-            if getattr(bound, name, None) is None:
-                raise _missing(bound, name)
+        cell = self._cell_for(analysis, forest, bound,
+                              self.signature(analysis, forest, bound, None, None))
+        linearized = self.linearize(forest)
+        if linearized.num_nodes == 0:
+            return self._empty_result(cell)
+        self.check_gathers(cell, linearized)
         p = _on_host(p, analysis.parameters)  # the recursion is NumPy's
         context = tuple(to_host(value) for value in context)
         with filling(_parameters_dtype(bound, analysis.parameters)):
@@ -421,7 +441,7 @@ def _outside_line(analysis):
     shown = []
     for name, value in zip(outside.names, outside.values()):
         constant = isinstance(value, (int, float, str, tuple, list))
-        shown.append(".".join(name.chain) + (f" = {value!r}" if constant else ""))
+        shown.append(str(name) + (f" = {value!r}" if constant else ""))
     return ("names read from outside the cell (a run compiles again where one changed): "
             + (", ".join(shown) if shown else "none"))
 

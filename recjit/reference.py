@@ -4,6 +4,7 @@ Every node's cell runs exactly once, children before parents, and a recursive ca
 returns the child's memoised state; that is the naive recursion's result without its Python
 stack depth, so a chain of any length can be checked. It shares no code with the compiler."""
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -61,14 +62,24 @@ class NodeView:
         return f"NodeView({self.index})"
 
 
-def memoised_state(forest, node, context=()):
-    """The state of `node` if the running reference has computed it with this context, else
-    None."""
+def memoised_state(forest, node, params, context=()):
+    """The state of `node` if the running reference has computed it with these parameters and
+    this context, else None (a call with others computes it as a plain call would)."""
     memo = getattr(_active, "memo", None)
-    if memo is None or memo[0] is not forest or len(memo[2]) != len(context) \
-            or any(a is not b for a, b in zip(memo[2], context)):
+    if memo is None or memo.forest is not forest or memo.params is not params \
+            or len(memo.context) != len(context) \
+            or any(a is not b for a, b in zip(memo.context, context)):
         return None
-    return memo[1].get(node)
+    return memo.states.get(node)
+
+
+class Memo(NamedTuple):
+    """The states the running reference has computed, and what it computes them with."""
+
+    forest: object
+    params: object
+    context: tuple
+    states: dict
 
 
 def children_first(forest):
@@ -94,7 +105,7 @@ def run_reference(function, forest, params, context=()):
     `context`: the cell's arguments after the parameters."""
     states = {}
     previous = getattr(_active, "memo", None)
-    _active.memo = (forest, states, context)
+    _active.memo = Memo(forest, params, context, states)
     try:
         for node in children_first(forest):
             states[node] = function(NodeView(forest, node), params, *context)

@@ -5,13 +5,15 @@ import threading
 import numba
 import numpy as np
 
-from ..generated import load_module
+from ..generated import guard_caches, load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..lowering.ilir import Loop, walk
 from ..result import Result
 from . import calls, runtime
 from .child_sums import sums_first
 from .emit import emit_source
+
+guard_caches(runtime)
 
 # One kernel at a time in this process: each already uses every core, and numba's workqueue
 # threading layer (the one always present) aborts on concurrent parallel launches.

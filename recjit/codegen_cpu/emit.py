@@ -63,10 +63,30 @@ def sigmoid(x):
     return real(1.0) / (real(1.0) + np.exp(-x))
 '''
 
+# NumPy's maximum and minimum: a NaN on either side is the result, and at a tie the first
+# operand is (Python's max and min, and numba's, drop a NaN in the second).
+ORDERING = '''
+@njit(inline="always")
+def maximum(a, b):
+    return a if a >= b or a != a else b
+
+
+@njit(inline="always")
+def minimum(a, b):
+    return a if a <= b or a != a else b
+'''
+
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
-         "log": "np.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
+         "log": "np.log({})", "relu": "maximum({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
          "sqrt": "np.sqrt({})",
-         "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
+         "maximum": "maximum({}, {})", "minimum": "minimum({}, {})",
+         "num_children": "real({} - {})"}
+
+# The flags of a kernel's own arithmetic. Fast math (float32 only) lets LLVM assume no NaN or
+# infinity and reorder sums; exact kernels keep IEEE semantics and the cell's order of
+# operations, and only let a multiply and an add fuse into one rounding (`contract`).
+FAST_FLAGS = "True"
+EXACT_FLAGS = '{"contract"}'
 
 
 ROW_TILE = 16
@@ -217,11 +237,12 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
     panels = "row_panels, weight_panels" if kernel.transposed else "weight_panels"
+    flags = FAST_FLAGS if fast_math else EXACT_FLAGS
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
              "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
              f"                                      {panels})", "",
-             f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), "",
-             '@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")',
+             f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), ORDERING, "",
+             f'@njit(parallel=True, fastmath={flags}, cache=True, nogil=True, error_model="numpy")',
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
     lines += [f"    {view} = {array}.T  # read transposed where it lies"
               for view, array in kernel.transposed]

@@ -28,16 +28,28 @@ from .packs import NO_PACKS, PACKED_ROW, TILE, TILE_COLUMN
 from .ranges import NO_RANGES
 from .units import NO_SPLIT, element_extent
 
+# maximum and minimum as NumPy's: a NaN on either side is the result, and at a tie the first
+# operand is (Python's max and min, and numba's, drop a NaN in the second).
 MATH = '''
 @cuda.jit(device=True, inline=True)
 def sigmoid(x):
     return real(1.0) / (real(1.0) + math.exp(-x))
+
+
+@cuda.jit(device=True, inline=True)
+def maximum(a, b):
+    return a if a >= b or a != a else b
+
+
+@cuda.jit(device=True, inline=True)
+def minimum(a, b):
+    return a if a <= b or a != a else b
 '''
 
 CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
-         "log": "math.log({})", "relu": "max({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
-         "sqrt": "math.sqrt({})",
-         "maximum": "max({}, {})", "minimum": "min({}, {})", "num_children": "real({} - {})"}
+         "log": "math.log({})", "relu": "maximum({}, real(0.0))", "neg": "-{}",
+         "abs": "abs({})", "sqrt": "math.sqrt({})", "maximum": "maximum({}, {})",
+         "minimum": "minimum({}, {})", "num_children": "real({} - {})"}
 
 expression = PythonExpressions(CALLS)
 

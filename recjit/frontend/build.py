@@ -6,6 +6,7 @@ every loop over the children resolves statically, and only tensor operations rem
 from the actual parameters and fields, so a shape error names the user's line."""
 import ast
 import builtins
+import inspect
 from collections import Counter
 
 import numpy as np
@@ -14,9 +15,9 @@ from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError
 from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
-from .names import UNRESOLVED, is_user_helper, resolve
+from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
 from .source import read_source
-from .syntax import cell_arguments, is_none_test
+from .syntax import cell_arguments, is_none_test, positional_arguments
 
 MAX_INLINE_DEPTH = 20
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -106,8 +107,9 @@ class _Return(Exception):
 class CaseBuilder:
     """Builds one structural case by abstract execution of the function's statements."""
 
-    def __init__(self, model, params, field_specs, num_children, state):
+    def __init__(self, model, params, field_specs, num_children, state, outside):
         self.model = model
+        self.outside = outside  # what the cases read from outside the cell (`Captured`)
         self.params = params
         self.context = ()  # the ParamArray bound to each context argument, in order
         self.field_specs = field_specs
@@ -241,6 +243,7 @@ class Interpreter:
             self.statement(statement, env)
 
     def statement(self, node, env):
+        self.owned -= self.escaping_in(node, env)
         if isinstance(node, ast.Assign):
             value = self.expr(node.value, env)
             for target in node.targets:
@@ -279,11 +282,12 @@ class Interpreter:
                                    "cell language", node)
 
     # `x += y` updates x's array in place in the plain recursion, and the kernel computes a
-    # new value: the two agree only where no other name, child state, parameter or field
-    # shares that array.
+    # new value: the two agree only where no other name, child state, parameter, field,
+    # container or view shares that array. A name owns its array from an assignment of a new
+    # array until the first read that may let the array out (`escaping`): anything but an
+    # operand of an operation that makes a new array and keeps no reference to its operands.
     def note_owners(self, targets, value, env):
         """After `targets = value`: the names that now hold an array of their own."""
-        self.owned -= self.shared_names(value, env)
         if len(targets) > 1:  # `a = b = x * 2`: one array, two names
             self.owned -= set().union(*(_names(t) for t in targets))
             return
@@ -301,34 +305,74 @@ class Interpreter:
 
     def allocates(self, expression, env):
         """Whether NumPy makes a new array for `expression` (an operator, an elementwise
-        function, a product, rj.zeros, rj.ones, rj.concat, sum), not a view or a value held
-        elsewhere."""
+        function, a product, rj.zeros, rj.ones, rj.concat, sum without a start), not a view or
+        a value held elsewhere (`sum((), a)` is `a` itself)."""
         if isinstance(expression, (ast.BinOp, ast.UnaryOp)):
             return True
         if isinstance(expression, ast.Call):
-            function = ops.as_cell_function(self.expr(expression.func, env))
+            function = self.called(expression, env)
+            if function is builtins.sum:
+                return len(expression.args) == 1 and not expression.keywords
             return any(function is allocating for allocating in _ALLOCATING_FUNCTIONS)
         return False
 
-    def shared_names(self, expression, env):
-        """The names whose arrays the value of `expression` may share: the names themselves,
-        their slices and split parts, whatever a helper function may return of its
-        arguments; nothing of a new array's operands."""
-        if self.allocates(expression, env):
-            return set()
+    def called(self, call, env):
+        """The function a call calls, as the cell language knows it."""
+        return ops.as_cell_function(self.expr(call.func, env))
+
+    def escaping_in(self, statement, env):
+        """The names whose arrays `statement` may let out: into another name, a container, a
+        view, a helper's arguments, a loop's target."""
+        if isinstance(statement, (ast.Assign, ast.AnnAssign)) and statement.value is not None:
+            return self.escaping(statement.value, env)
+        if isinstance(statement, ast.AugAssign):  # `a += b` reads b into a's array
+            return self.escaping(statement.value, env, consumed=True)
+        if isinstance(statement, ast.If):
+            return self.escaping(statement.test, env, consumed=True)
+        if isinstance(statement, ast.For):
+            return self.escaping(statement.iter, env)
+        if isinstance(statement, ast.Expr):
+            return self.escaping(statement.value, env)
+        return set()
+
+    def escaping(self, expression, env, consumed=False):
+        """The names whose arrays the value of `expression` may hold, or what it calls may
+        keep. `consumed`: the value is an operand of an operation that makes a new array and
+        keeps no reference to it, so a name read there lets nothing out."""
+        parts = []  # (subexpression, consumed)
         if isinstance(expression, ast.Name):
-            return {expression.id}
-        if isinstance(expression, (ast.Tuple, ast.List)):
-            parts = expression.elts
+            return set() if consumed else {expression.id}
+        if isinstance(expression, (ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp)):
+            parts = [(child, True) for child in ast.iter_child_nodes(expression)
+                     if isinstance(child, ast.expr)]
         elif isinstance(expression, ast.Call):
-            parts = expression.args + [keyword.value for keyword in expression.keywords]
+            arguments = expression.args + [keyword.value for keyword in expression.keywords]
+            function = self.called(expression, env)
+            if function is builtins.sum:  # the start may be returned as it is
+                parts = [(arguments[0], True)] + [(a, consumed) for a in arguments[1:]]
+            else:
+                reads = self.allocates(expression, env) or function in (builtins.len,
+                                                                       builtins.range)
+                parts = [(a, reads) for a in arguments]
+        elif isinstance(expression, ast.Attribute):
+            parts = [(expression.value, consumed or expression.attr == "shape")]
         elif isinstance(expression, ast.Subscript):
-            parts = [expression.value]
+            parts = [(expression.value, consumed), (expression.slice, True)]
+        elif isinstance(expression, (ast.Tuple, ast.List, ast.Starred)):
+            elements = expression.elts if not isinstance(expression, ast.Starred) else [
+                expression.value]
+            parts = [(element, consumed) for element in elements]
         elif isinstance(expression, ast.IfExp):
-            parts = [expression.body, expression.orelse]
+            parts = [(expression.test, True), (expression.body, consumed),
+                     (expression.orelse, consumed)]
+        elif isinstance(expression, (ast.ListComp, ast.GeneratorExp)):
+            parts = [(expression.elt, consumed)] + [
+                (part, False) for generator in expression.generators
+                for part in (generator.iter, *generator.ifs)]
         else:
-            return set()
-        return set().union(*(self.shared_names(part, env) for part in parts))
+            parts = [(child, False) for child in ast.iter_child_nodes(expression)
+                     if isinstance(child, ast.expr)]
+        return set().union(*(self.escaping(part, env, reads) for part, reads in parts))
 
     def refuse_shared_update(self, node, current):
         """`bind` refuses targets other than names (`p.W += ...`, `h[0] += ...`)."""
@@ -337,8 +381,9 @@ class Interpreter:
             symbol = _OPERATOR_SYMBOLS.get(type(node.op), "op")
             raise self.unsupported(
                 f"`{name} {symbol}= ...` changes {name}'s array in place in the plain "
-                f"recursion, where that array may be a child's state, a parameter, a field or "
-                f"another name's value; write `{name} = {name} {symbol} ...`", node)
+                f"recursion, where that array may be a child's state, a parameter or a field, "
+                f"or be shared with another name, a list, a view or a helper's arguments; write "
+                f"`{name} = {name} {symbol} ...`", node)
 
     def bind(self, target, value, env):
         if isinstance(target, ast.Name):
@@ -431,6 +476,10 @@ class Interpreter:
                 raise self.unsupported(f"with arity=None, {VARIABLE_CHILDREN}", node)
             return [NodeView(k) for k in range(self.builder.num_children)]
         if isinstance(value, (tuple, list, range)):
+            path = self.builder.outside.path_of(value)
+            if path is not None:  # compared as a whole at each run; reads into it are paths
+                for index, element in enumerate(value):
+                    self.builder.outside.register(path.child(Item(index)), element)
             return list(value)
         if isinstance(value, PerChild):
             raise self.unsupported(f"{_describe(value)}: with arity=None, {VARIABLE_CHILDREN}",
@@ -453,10 +502,11 @@ class Interpreter:
     def expr_Name(self, node, env):
         if node.id in env:
             return env[node.id]
-        value = resolve(self.source, node)
+        path = OutsideName(self.source.function, (node.id,))
+        value = path.value()
         if value is UNRESOLVED:
             raise self.unsupported(f"name {node.id!r} is not defined", node)
-        return value
+        return self.builder.outside.read(path, value)
 
     def expr_Tuple(self, node, env):
         return tuple(self.expr(element, env) for element in node.elts)
@@ -481,6 +531,16 @@ class Interpreter:
         value = getattr(base, node.attr, UNRESOLVED)
         if value is UNRESOLVED:
             raise self.unsupported(f"{_describe(base)} has no attribute {node.attr!r}", node)
+        path = builder.outside.path_of(base)
+        if path is not None:
+            return builder.outside.read(path.child(node.attr), value)
+        if not is_immutable(base):
+            raise self.unsupported(
+                f"`.{node.attr}` of {_describe(base)}, which the cell did not read by a path "
+                "from outside its body: a kernel is compiled for the values it reads, and a run "
+                "checks them by the paths they were read by (`CONFIG.scale`, "
+                "`CONFIGS[0].scale`, `self.scale` in a method called as `obj.method(...)`); "
+                "read it by such a path, or pass it as a parameter or context argument", node)
         return value
 
     def node_attribute(self, view, node, env):
@@ -553,6 +613,11 @@ class Interpreter:
             return self.builder.emit("gather", (), (base.name, index.name),
                                      base.shape[1:], self.source.lineno(node))
         if isinstance(base, (tuple, list)) and isinstance(index, int):
+            if not -len(base) <= index < len(base):
+                raise self.unsupported(f"index {index} of {_describe(base)}", node)
+            path = self.builder.outside.path_of(base)
+            if path is not None:  # compared as a whole at each run; reads into it are paths
+                self.builder.outside.register(path.child(Item(index)), base[index])
             return base[index]
         raise self.unsupported(f"indexing {_describe(base)} by {_describe(index)} is not "
                                "part of the cell language (gather a parameter row by a node "
@@ -901,17 +966,28 @@ class Interpreter:
             raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
         source = read_source(function)
         signature = source.tree.args
-        positional = [a.arg for a in signature.args]
+        helper = _helper_name(function, source)
+        if signature.vararg or signature.kwarg:
+            raise self.unsupported(f"helper {helper} takes *args or **kwargs, which the cell "
+                                   "language does not (a decorator's wrapper usually does: "
+                                   "give the wrapper the arguments it passes on)", node)
+        positional = positional_arguments(signature)
         names = positional + [a.arg for a in signature.kwonlyargs]
-        if len(arguments) > len(positional) or signature.vararg or signature.kwarg:
-            raise self.unsupported(f"helper {function.__name__} is called with more arguments "
-                                   "than it takes", node)
+        if inspect.ismethod(function):  # `obj.method(h)`: its first argument is obj
+            arguments = [self.method_object(function), *arguments]
+        if len(arguments) > len(positional):
+            raise self.unsupported(f"helper {helper} is called with more arguments than it "
+                                   "takes", node)
         env = dict(zip(positional, arguments))
-        defaults = function.__defaults__ or ()
+        defaults, keyword_defaults = self.defaults(function, node)
         for name, default in zip(positional[len(positional) - len(defaults):], defaults):
             env.setdefault(name, default)
-        for name, default in (function.__kwdefaults__ or {}).items():
+        for name, default in keyword_defaults.items():
             env.setdefault(name, default)
+        unknown = set(keywords) & {a.arg for a in signature.posonlyargs}
+        if unknown:
+            raise self.unsupported(f"helper {helper} takes {min(unknown)!r} by position only",
+                                   node)
         for name, value in keywords.items():
             if name not in names:
                 raise self.unsupported(f"helper {function.__name__} has no argument {name!r}",
@@ -919,9 +995,39 @@ class Interpreter:
             env[name] = value
         missing = [name for name in names if name not in env]
         if missing:
-            raise self.unsupported(f"helper {function.__name__} is missing arguments {missing}",
-                                   node)
+            raise self.unsupported(f"helper {helper} is missing arguments {missing}", node)
         return self.builder.call(source, env, self.depth + 1)
+
+    def method_object(self, method):
+        """The object a bound method was read with, by the method's path plus `__self__`."""
+        outside = self.builder.outside
+        path = outside.path_of(method)
+        if path is not None:
+            outside.read(path.child("__self__"), method.__self__)
+        return method.__self__
+
+    def defaults(self, function, node):
+        """A helper's default arguments (positional, by keyword), read by the helper's path
+        (`helper.__defaults__`), since a list among them can change between runs."""
+        outside = self.builder.outside
+        defaults = function.__defaults__ or ()
+        keyword_defaults = function.__kwdefaults__ or {}
+        path = outside.path_of(function)
+        if path is None:
+            if not all(is_immutable(value) for value in (*defaults, *keyword_defaults.values())):
+                raise self.unsupported(f"helper {function.__name__} has default arguments that "
+                                       "can change, and was not read by a name the cell can "
+                                       "check at every run; call it by its name", node)
+            return defaults, keyword_defaults
+        if defaults:
+            outside.read(path.child("__defaults__"), defaults)
+            for index, value in enumerate(defaults):
+                outside.register(path.child("__defaults__").child(Item(index)), value)
+        if keyword_defaults:
+            outside.read(path.child("__kwdefaults__"), keyword_defaults)
+            for name, value in keyword_defaults.items():
+                outside.register(path.child("__kwdefaults__").child(Item(name)), value)
+        return defaults, keyword_defaults
 
 
 def accumulators(body):
@@ -967,6 +1073,15 @@ def _is_number(value):
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _helper_name(function, source):
+    """How an error names a helper: by its name, and where a decorator's wrapper (whose name
+    `functools.wraps` made the wrapped function's) stands in its place, by the wrapper too."""
+    name = getattr(function, "__name__", repr(function))
+    if source.tree.name != name:
+        return f"{name} (a decorator's `{source.tree.name}`, {source.filename}:{source.first_line})"
+    return name
+
+
 def _describe(value):
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
@@ -999,11 +1114,12 @@ def _describe(value):
 def build_cell_ir(model, source, params, field_specs, arity):
     """Specialise the cell to each structural case (a leaf, an internal node with `arity`
     children) and infer every shape from `params` and the forest's `field_specs`."""
-    arguments = [a.arg for a in source.tree.args.args]
+    arguments = positional_arguments(source.tree.args)
     cases, builders = [], []
     state = None
+    outside = Captured()
     for num_children in (0, arity):  # arity None: any number of children
-        builder = CaseBuilder(model, params, field_specs, num_children, state)
+        builder = CaseBuilder(model, params, field_specs, num_children, state, outside)
         builder.context = tuple(builder.parameter(name, source, source.tree)
                                 for name in arguments[2:])
         env = {arguments[0]: NodeView(), arguments[1]: ParamsView(),
@@ -1054,4 +1170,4 @@ def build_cell_ir(model, source, params, field_specs, arity):
                            for table, field in builder.gathers))
     fields.update((field, field_specs[field]) for _, _, field in gathers)
     return CellIR(source.tree.name, tuple(cases), state[0], state[1], dtype, parameters,
-                  fields, gathers, source.filename)
+                  fields, gathers, source.filename, outside.done())

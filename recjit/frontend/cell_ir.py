@@ -94,6 +94,7 @@ class CellIR:
     fields: dict      # name -> (per-node shape, dtype)
     gathers: tuple    # (case name, table, field): indices to validate before running
     filename: str
+    outside: object   # what the build read from outside the cell (`names.Captured`)
 
     def case(self, name):
         return next(case for case in self.cases if case.name == name)

@@ -7,6 +7,7 @@ argument is computed in the node breaks P.2, or P.3 when it comes from another c
 import ast
 import builtins
 import functools
+import inspect
 from dataclasses import dataclass, field, replace
 
 from .. import ops
@@ -14,7 +15,7 @@ from ..errors import RecursionPropertyError, UnsupportedError
 from .names import (UNRESOLVED, OutsideName, dotted, is_user_helper, read_outside,
                     resolve)
 from .source import read_source
-from .syntax import cell_arguments, is_none_test
+from .syntax import cell_arguments, is_none_test, positional_arguments
 
 STRUCTURE = "structure"
 PARAMETER = "parameter"
@@ -344,8 +345,10 @@ class PropertyChecker:
         helper_source = read_source(function)
         helper = PropertyChecker(self.model, helper_source, self.usage, self.depth + 1)
         signature = helper_source.tree.args
-        parameters = [a.arg for a in signature.args + signature.kwonlyargs]
+        parameters = positional_arguments(signature) + [a.arg for a in signature.kwonlyargs]
         env = dict.fromkeys(parameters, NOTHING)  # a default is a constant of the helper's
+        if inspect.ismethod(function):  # `obj.method(h)`: obj, read from outside, comes first
+            arguments = [NOTHING, *arguments]
         env.update(zip(parameters, arguments))
         for keyword, value in zip(node.keywords, keywords):
             if keyword.arg is not None:
@@ -357,7 +360,7 @@ class PropertyChecker:
 def check_properties(model, source):
     """Prove P.1–P.3 for the cell function; returns the parameters and fields it reads."""
     usage = Usage()
-    arguments = [a.arg for a in source.tree.args.args]
+    arguments = positional_arguments(source.tree.args)
     if len(arguments) < 2:
         raise UnsupportedError("a cell function takes the node and the parameters: "
                                "def cell(node, p, ...)", filename=source.filename,

@@ -33,13 +33,23 @@ class FunctionSource:
 
 @functools.lru_cache(maxsize=1024)
 def read_source(function):
-    """The parsed source of `function`; IPython keeps cell sources in linecache, so this works
-    in notebooks too. Functions made by exec or typed at a bare interpreter prompt have none.
+    """The parsed source of `function` itself: of a decorator's wrapper, not of the function
+    it wraps (`functools.wraps` points `__wrapped__` there, and `inspect` follows it), since the
+    wrapper is what a call runs. IPython keeps cell sources in linecache, so this works in
+    notebooks too. Functions made by exec or typed at a bare interpreter prompt have none.
     Read once a function (of the last 1024): a file edited since it was defined no longer
     holds its source, and a cell is analysed again when a name it reads is bound again."""
     name = getattr(function, "__qualname__", repr(function))
+    code = getattr(function, "__code__", None)
+    if code is None:
+        wrapped = getattr(function, "__wrapped__", None)
+        what = (f"a {type(function).__name__} wrapped around {wrapped.__qualname__}"
+                if hasattr(wrapped, "__qualname__") else f"a {type(function).__name__}")
+        raise UnsupportedError(f"{name} is {what}, not a plain function: recjit compiles the "
+                               "source of the function a call runs, so decorate the cell (or "
+                               "helper) with plain functions only")
     try:
-        lines, first_line = inspect.getsourcelines(function)
+        lines, first_line = inspect.getsourcelines(code)
     except (OSError, TypeError) as error:
         raise UnsupportedError(
             f"cannot read the source of {name} ({error}); recjit analyses a cell function's "
@@ -50,5 +60,5 @@ def read_source(function):
     if not definitions:
         raise UnsupportedError(f"{name} is not defined by a plain `def` statement "
                                f"(lambdas and async functions are not cell functions)")
-    filename = inspect.getsourcefile(function) or function.__code__.co_filename
+    filename = inspect.getsourcefile(code) or code.co_filename
     return FunctionSource(function, definitions[0], filename, max(first_line, 1), text)

@@ -29,3 +29,8 @@ def cell_arguments(model, arguments, keywords, node, source):
             break
         ordered.append(keywords[name])
     return ordered
+
+
+def positional_arguments(arguments):
+    """The names of a `def`'s positional parameters, positional-only ones first."""
+    return [a.arg for a in arguments.posonlyargs + arguments.args]

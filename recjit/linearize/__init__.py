@@ -1,7 +1,11 @@
 """Forests and their linearization into the arrays kernels walk (DESIGN §3)."""
+from ..generated import guard_caches
+from . import linearizer, unroll
 from .forest import Forest, random_bracketing
 from .linearizer import Linearized, distinct, first_outside, linearize, one_node_per_batch
 from .unroll import unroll_batches
+
+guard_caches(linearizer, unroll)
 
 __all__ = ["Forest", "Linearized", "distinct", "first_outside", "linearize",
            "one_node_per_batch", "random_bracketing", "unroll_batches"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..params import on_device, shape_and_dtype, to_host
-from .linearizer import check_structure
+from .linearizer import check_structure, native
 
 KINDS = ("tree", "dag", "sequence")
 
@@ -27,6 +27,9 @@ class Forest:
         if self.child_ptr.size == 0:
             raise InputError("child_ptr must be a 1-d array of num_nodes + 1 offsets")
         self.num_nodes = self.child_ptr.size - 1
+        if fields is not None and not hasattr(fields, "items"):
+            raise InputError(f"fields must be a dict of a name to an array with a row per node, "
+                             f"not {type(fields).__name__}")
         self.fields = {name: _field(name, values, self.num_nodes)
                        for name, values in (fields or {}).items()}
         self.kind = kind
@@ -108,6 +111,12 @@ class Forest:
             if sorted(forest.fields) != sorted(first.fields):
                 raise InputError(f"Forest.concat: forest {index} has fields "
                                  f"{sorted(forest.fields)}, forest 0 {sorted(first.fields)}")
+            for name, values in forest.fields.items():
+                ours, theirs = values, first.fields[name]
+                if ours.shape[1:] != theirs.shape[1:] or ours.dtype.kind != theirs.dtype.kind:
+                    raise InputError(f"Forest.concat: field {name!r} of forest {index} holds "
+                                     f"{ours.dtype} rows of shape {ours.shape[1:]}, forest 0's "
+                                     f"{theirs.dtype} rows of shape {theirs.shape[1:]}")
             if forest.vocab is not first.vocab and forest.vocab != first.vocab:
                 raise InputError(f"Forest.concat: forest {index} has another vocabulary than "
                                  "forest 0, so its word ids mean other words: read them with "
@@ -133,10 +142,9 @@ class Forest:
     def from_nested(cls, trees, leaf_field="word"):
         """Trees as nested tuples or lists whose leaves are ints (stored in `leaf_field`;
         -1 for internal nodes). Nodes are numbered in pre-order."""
+        _require_field_name("leaf_field", leaf_field)
         builder = _Builder()
-        roots = []
-        for tree in trees:
-            roots.append(builder.add_nested(tree))
+        roots = [builder.add_nested(tree) for tree in _iterable("from_nested", "trees", trees)]
         return builder.forest(roots, leaf_field, kind="tree")
 
     @classmethod
@@ -145,7 +153,10 @@ class Forest:
         in 0..vocab_size-1: a stand-in where the SST files are absent."""
         _require_count("num_trees", num_trees)
         _require_count("vocab_size", vocab_size, least=1)
-        rng = np.random.default_rng(seed)
+        if not _is_real(mean_leaves) or not 0 <= mean_leaves <= MAX_MEAN_LEAVES:
+            raise InputError(f"mean_leaves must be a number from 0 to {MAX_MEAN_LEAVES:g}, not "
+                             f"{mean_leaves!r}")
+        rng = _generator(seed)
         trees = []
         for _ in range(num_trees):
             leaves = max(1, int(rng.poisson(mean_leaves)))
@@ -160,6 +171,11 @@ class Forest:
         _require_count("height", height)
         _require_count("num_trees", num_trees)
         _require_count("vocab_size", vocab_size, least=1)
+        if height > 61:
+            raise InputError(f"a perfect tree of height {height} would have 2**{height + 1} - 1 "
+                             f"nodes, more than a forest indexes ({MAX_NODES})")
+        _require_size(f"{num_trees} perfect trees of height {height}",
+                      num_trees * (2 ** (height + 1) - 1))
         per_tree = 2 ** (height + 1) - 1
         internal = 2 ** height - 1
         offsets = np.arange(num_trees, dtype=np.int64)[:, None] * per_tree
@@ -169,7 +185,7 @@ class Forest:
         child_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
         words = np.full(num_trees * per_tree, -1, dtype=np.int64)
         is_leaf = counts == 0
-        words[is_leaf] = np.random.default_rng(seed).integers(0, vocab_size, is_leaf.sum())
+        words[is_leaf] = _generator(seed).integers(0, vocab_size, is_leaf.sum())
         return cls(child_ptr, child_idx, offsets[:, 0], {"word": words}, kind="tree")
 
     @classmethod
@@ -183,6 +199,7 @@ class Forest:
                              f"of each, and num_grids >= 0; not {rows!r}x{cols!r}, "
                              f"num_grids={num_grids!r}")
         cells = rows * cols
+        _require_size(f"{num_grids} grids of {rows}x{cols}", cells * num_grids)
         i, j = np.divmod(np.arange(cells, dtype=np.int64), cols)
         counts = (j > 0).astype(np.int64) + (i > 0)
         left = np.where(j > 0, np.arange(cells) - 1, -1)
@@ -198,14 +215,19 @@ class Forest:
     def from_sequences(cls, lengths, fields=None):
         """Chains: step t of a sequence has one child, step t-1; the last step is the root.
         Sequence s occupies nodes `sum(lengths[:s]) ..` in step order, and so do `fields`."""
-        lengths = np.asarray(lengths).reshape(-1)
+        lengths = np.asarray(lengths)
         if lengths.size and lengths.dtype.kind not in "iu":
             raise InputError(f"sequence lengths must be integers, not {lengths.dtype}")
+        if lengths.ndim != 1:
+            raise InputError(f"sequence lengths must be a list, a length a sequence, not an "
+                             f"array of shape {lengths.shape}")
+        if lengths.size and (lengths.min() < 1 or lengths.max() > MAX_NODES):
+            bad = int(np.flatnonzero((lengths < 1) | (lengths > MAX_NODES))[0])
+            raise InputError(f"sequence {bad} has length {lengths[bad]}; every sequence needs a "
+                             f"step, and at most {MAX_NODES}")
         lengths = lengths.astype(np.int64)
-        if (lengths < 1).any():
-            raise InputError(f"sequence {int(np.flatnonzero(lengths < 1)[0])} has length "
-                             f"{int(lengths[lengths < 1][0])}; every sequence needs a step")
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        _require_size(f"{lengths.size} sequences", int(lengths.sum(dtype=object)))
+        starts = np.cumsum(lengths) - lengths
         num_nodes = int(lengths.sum())
         is_first = np.zeros(num_nodes, dtype=bool)
         is_first[starts] = True
@@ -251,6 +273,11 @@ class Forest:
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label."""
         vocab = {} if vocab is None else vocab
+        if not isinstance(vocab, dict) or not all(
+                isinstance(i, (int, np.integer)) and 0 <= i <= MAX_NODES
+                for i in vocab.values()):
+            raise InputError("vocab must be a dict of a word to its id, a non-negative int (the "
+                             ".vocab of a forest read before)")
         next_id = max(vocab.values(), default=-1) + 1
 
         def word_id(word):
@@ -264,9 +291,14 @@ class Forest:
             lines = lines.splitlines()
         builder = _Builder()
         roots = []
-        for line_number, line in enumerate(lines, 1):
+        for line_number, line in enumerate(_iterable("from_ptb", "lines", lines), 1):
             if isinstance(line, bytes):  # a file opened in binary mode
-                line = line.decode("utf-8")
+                try:
+                    line = line.decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise InputError(f"PTB line {line_number} is not UTF-8 ({error})") from None
+            if not isinstance(line, str):
+                raise InputError(f"PTB line {line_number} is a {type(line).__name__}, not text")
             if line.strip():
                 roots.append(builder.add_ptb(line, line_number, word_id))
         forest = builder.forest(roots, "word", kind="tree")
@@ -279,6 +311,7 @@ class Forest:
         """Edges `(parent, child)`; a node's children keep the order of its edges. Roots are the
         nodes that are nobody's child."""
         _require_count("num_nodes", num_nodes)
+        _require_size("the graph", num_nodes)
         edges = np.asarray(edges)
         if edges.size and edges.dtype.kind not in "iu":
             raise InputError(f"edges must hold integer node indices, not {edges.dtype}")
@@ -319,6 +352,44 @@ def random_bracketing(words, rng):
 
 
 _PTB_TOKEN = re.compile(r"\(|\)|[^()]+")
+_PTB_LABEL = re.compile(r"-?[0-9]+")
+# The most nodes a forest may have: node indices, word ids and labels are int64, and so are
+# the sums of counts the constructors take.
+MAX_NODES = 2 ** 62
+MAX_MEAN_LEAVES = 1e9
+
+
+def _is_real(value):
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, bool) and np.isfinite(value)
+
+
+def _generator(seed):
+    """NumPy's random generator for `seed`, as `np.random.default_rng` takes it."""
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as error:
+        raise InputError(f"seed must be an int, a sequence of ints or None, not {seed!r} "
+                         f"({error})") from None
+
+
+def _iterable(method, name, values):
+    if not hasattr(values, "__iter__"):
+        raise InputError(f"Forest.{method}: {name} must be an iterable, not "
+                         f"{type(values).__name__} {values!r}")
+    return values
+
+
+def _require_size(what, num_nodes):
+    if num_nodes > MAX_NODES:
+        raise InputError(f"{what} would have {num_nodes} nodes, more than a forest indexes "
+                         f"({MAX_NODES})")
+
+
+def _require_field_name(argument, name):
+    if not isinstance(name, str) or not name.isidentifier():
+        raise InputError(f"{argument} must name a field as a cell reads it (node.word), not "
+                         f"{name!r}")
 
 
 def _require_count(name, value, least=0):
@@ -338,8 +409,10 @@ def _node_indices(name, values):
 
 
 def _field(name, values, num_nodes):
-    """A field as a forest keeps it: a contiguous NumPy array, or a float array on the GPU as it
-    is, which a CUDA run reorders on the device instead of copying it to the host and back."""
+    """A field as a forest keeps it: a contiguous NumPy array in the machine's byte order, or a
+    float array on the GPU as it is, which a CUDA run reorders on the device instead of copying
+    it to the host and back."""
+    _require_field_name("a field's name", name)
     if on_device(values):
         shape, dtype = shape_and_dtype(values)
         if dtype.kind != "f":
@@ -347,7 +420,7 @@ def _field(name, values, num_nodes):
                              "may stay there (recjit checks every index a field holds on the "
                              "host, before a kernel runs)")
     else:
-        values = np.ascontiguousarray(values)
+        values = native(np.ascontiguousarray(values))
         shape = values.shape
     if len(shape) == 0 or shape[0] != num_nodes:
         raise InputError(f"field {name!r} has shape {tuple(shape)}; "
@@ -380,6 +453,9 @@ class _Builder:
                 node = self.new_node()
                 stack.extend((child, node) for child in reversed(subtree))
             elif isinstance(subtree, (int, np.integer)) and not isinstance(subtree, bool):
+                if not -MAX_NODES <= subtree <= MAX_NODES:
+                    raise InputError(f"leaf {int(subtree)} is outside the int64 values a "
+                                     "field holds")
                 node = self.new_node(int(subtree))
             else:
                 raise InputError(f"a nested-tuple leaf must be an int, not {subtree!r}")
@@ -399,9 +475,9 @@ class _Builder:
             if token == "(":
                 label_and_word = tokens[position + 1].strip() if position + 1 < len(tokens) else ""
                 label, _, word = label_and_word.partition(" ")
-                if not label.lstrip("-").isdigit():
+                if not _PTB_LABEL.fullmatch(label) or abs(int(label)) > MAX_NODES:
                     raise InputError(f"PTB line {line_number}: expected a label after '(', "
-                                     f"got {label_and_word!r}")
+                                     f"an int64, got {label_and_word!r}")
                 node = self.new_node(label=int(label))
                 if open_nodes:
                     self.children[open_nodes[-1]].append(node)

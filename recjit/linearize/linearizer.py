@@ -283,6 +283,12 @@ def permuted_rows(values, order):
     return rows.reshape((order.size,) + values.shape[1:])
 
 
+def native(values):
+    """`values` in the machine's byte order, which compiled code reads (a field read from a
+    big-endian file, `>i8`, holds the same numbers)."""
+    return values if values.dtype.isnative else values.astype(values.dtype.newbyteorder("="))
+
+
 def _structure_error(status, culprit, forest, arity):
     if status == WRONG_ARITY:
         return InputError(f"node {culprit} has {int(forest.num_children[culprit])} children; "
@@ -324,8 +330,8 @@ def linearize(forest, single_parent=True, arity=None):
         ANY_ARITY if arity is None else arity)
     if status != OK:
         raise _structure_error(status, culprit, forest, arity)
-    fields = {name: permuted_rows(values, old_of_new) for name, values in forest.fields.items()
-              if isinstance(values, np.ndarray)}
+    fields = {name: permuted_rows(native(values), old_of_new)
+              for name, values in forest.fields.items() if isinstance(values, np.ndarray)}
     linearized = Linearized(forest.num_nodes, batch_begin, child_ptr, child_idx,
                             new_of_old[forest.roots], old_of_new, new_of_old, fields,
                             int(max_batch_size), int(max_batch_edges))

@@ -1,5 +1,7 @@
 """ILIR expressions as Python source, for the code generators that emit Python (numba CPU and
 numba.cuda): the same text on both, except for the math functions each target calls."""
+import math
+
 from .ilir import BinOp, Call, Const, Load, Var
 
 
@@ -15,7 +17,7 @@ class PythonExpressions:
         if isinstance(node, Var):
             return node.name
         if isinstance(node, Const):
-            return str(node.value) if isinstance(node.value, int) else f"real({node.value!r})"
+            return str(node.value) if isinstance(node.value, int) else real_constant(node.value)
         if isinstance(node, Load):
             return f"{self.array_name(node.array)}[{', '.join(self(i) for i in node.index)}]"
         if isinstance(node, Call):
@@ -60,3 +62,13 @@ class PythonExpressions:
         if statement.orelse:
             lines.append(f"{pad}else:")
             emit_body(statement.orelse)
+
+
+def real_constant(value):
+    """A float constant in the kernel's dtype: `real(0.5)`; an infinity or a NaN through NumPy's
+    names for them, since the repr of one (`inf`, `nan`) names nothing."""
+    if math.isnan(value):
+        return "real(np.nan)"
+    if math.isinf(value):
+        return f"real({'-' if value < 0 else ''}np.inf)"
+    return f"real({value!r})"

@@ -9,7 +9,7 @@ import numpy as np
 
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
-from .frontend import Binding, build_cell_ir, check_properties, read_source
+from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
 from .lowering.arguments import weight_shapes
@@ -46,6 +46,7 @@ def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedul
     schedule = _checked_schedule(schedule, Schedule())
 
     def decorate(cell):
+        require_code(cell)
         return RecursiveModel(cell, arity, kind, schedule)
 
     return decorate if function is None else decorate(function)

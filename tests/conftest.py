@@ -1,5 +1,7 @@
 """Shared strategies: random forests and parameters. Kernels compile once per shape signature
 and are reused across hypothesis examples (hidden sizes are fixed per test)."""
+import hashlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -228,3 +230,16 @@ def scaled_rnn_params(hidden, vocab_size, seed):
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(vocab_size, hidden)),
                      W=rng.normal(size=(hidden, hidden)) / 2, alpha=np.float64(rng.normal()))
+
+
+def import_source(source, directory, prefix):
+    """Import `source` from a file of its own in `directory` (named by its digest), so that
+    recjit can read the functions in it back."""
+    name = prefix + hashlib.sha256(source.encode()).hexdigest()[:16]
+    path = os.path.join(directory, name + ".py")
+    with open(path, "w") as handle:
+        handle.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -8,6 +8,8 @@ import recjit as rj
 from tree_lstm import make_params, tree_lstm
 from tree_rnn import tree_rnn
 
+from conftest import assert_same_result
+
 
 def test_a_word_id_outside_the_embedding_names_the_node():
     forest = rj.Forest.from_nested([(1, (2, 99))])
@@ -181,21 +183,55 @@ def test_an_update_in_place_of_a_childs_state_is_refused_naming_the_line():
         in_place.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
-@pytest.mark.parametrize("body", [
-    "h = in_place(node.children[0], p) * 1\n    g = h\n    h += g\n    return g + h",
-    ("y = p.W @ in_place(node.children[0], p)\n    a, b = rj.split(y, 2)\n    a += b\n"
-     "    return y")],
-    ids=["an alias", "a split part"])
-def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp_path):
+def in_place_cell(body, tmp_path):
+    """A one-child cell whose internal case is `a = <the child's state> * 1`, then `body`."""
     path = tmp_path / "in_place.py"
-    path.write_text("import recjit as rj\n\n@rj.recursive_model(arity=1)\ndef in_place(node, p):\n"
-                    "    if node.is_leaf:\n        return p.E[node.word]\n    " + body + "\n")
+    path.write_text("import numpy as np\nimport recjit as rj\n\n\ndef helper(x):\n    return x\n\n\n"
+                    "@rj.recursive_model(arity=1)\ndef in_place(node, p):\n"
+                    "    if node.is_leaf:\n        return p.E[node.word]\n"
+                    "    a = in_place(node.children[0], p) * 1\n    " + body + "\n")
     spec = importlib.util.spec_from_file_location("in_place", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    forest = rj.Forest.from_edges(2, [(0, 1)], fields={"word": [0, 1]}, kind="tree")
+    return module.in_place
+
+
+IN_PLACE_FOREST = rj.Forest.from_edges(2, [(0, 1)], fields={"word": [0, 1]}, kind="tree")
+IN_PLACE_PARAMS = rj.Params(E=np.array([[1.0, 2.0], [3.0, 5.0]]), W=np.eye(2, 2), b=np.ones(2))
+
+
+@pytest.mark.parametrize("body", [
+    "g = a\n    a += g\n    return g + a",
+    "y = p.W @ a\n    c, d = rj.split(y, 2)\n    c += d\n    return y",
+    "for b in (a,):\n        pass\n    a += p.b\n    return a + b",
+    "bs = [a for _ in range(1)]\n    a += p.b\n    return a + bs[0]",
+    "b = a.T\n    a += p.b\n    return a + b",
+    "b = sum((), a)\n    a += p.b\n    return a + b",
+    "pair = (a, p.b)\n    a += p.b\n    return a + pair[0]",
+    "b = a if node.num_children == 1 else p.b\n    a += p.b\n    return a + b",
+    "b = helper(a)\n    a += p.b\n    return a + b",
+    "b = a[0:2]\n    a += p.b\n    return a + b",
+    "bs = list(zip([a], [p.b]))\n    a += p.b\n    return a + bs[0][0]",
+    "b, = rj.split(a, 1)\n    a += p.b\n    return a + b",
+    "b = np.split(a, [1])[1]\n    a *= p.b\n    return rj.concat([a[0:1], b])"],
+    ids=["an alias", "a split part", "a loop target", "a list comprehension", "a transposed view",
+         "the start of a sum", "a tuple", "a conditional expression", "a helper's argument",
+         "a slice", "a zip", "a single split part", "a split at an index"])
+def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp_path):
     with pytest.raises(rj.UnsupportedError, match="in place"):
-        module.in_place.run(forest, rj.Params(E=np.ones((2, 2)), W=np.eye(2, 2)))
+        in_place_cell(body, tmp_path).run(IN_PLACE_FOREST, IN_PLACE_PARAMS)
+
+
+@pytest.mark.parametrize("body", [
+    "b = a + 1\n    a += p.b\n    return a + b",
+    "b = rj.tanh(a) * a.shape[0]\n    a -= p.b\n    return a * b",
+    "b = sum([a, a])\n    a *= p.b\n    return a + b",
+    "a += a\n    a += p.W @ a\n    return a"],
+    ids=["read by an operator", "read by a function and for its shape", "summed", "twice"])
+def test_an_update_in_place_of_an_array_only_operations_read_equals_the_recursion(body, tmp_path):
+    model = in_place_cell(body, tmp_path)
+    assert_same_result(model.run(IN_PLACE_FOREST, IN_PLACE_PARAMS),
+                       model.reference(IN_PLACE_FOREST, IN_PLACE_PARAMS))
 
 
 def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_arguments():
@@ -331,3 +367,11 @@ def test_a_split_that_leaves_an_empty_part_is_refused_naming_the_line():
     with pytest.raises(rj.ShapeError, match=r"test_errors.py:\d+: splitting shape \(2,\) at "
                                             r"\[2\] leaves an empty part"):
         split_at_the_end.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_word_field_set_in_big_endian_order_after_construction_runs_as_in_native_order():
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = make_params(4, 10, "float64")
+    native = tree_lstm.run(forest, p)
+    forest.fields["word"] = forest.fields["word"].astype(">i8")
+    assert_same_result(tree_lstm.run(forest, p), native)

@@ -46,10 +46,14 @@ def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
 @pytest.mark.parametrize("line, message", [
     ("(3 (2 a) (2 b)", "unbalanced"), ("(3 (2 a)) )", "unbalanced"),
     ("(x (2 a) (2 b))", "expected a label"), ("(2 a) (2 b)", "more than one tree"),
-])
+    ("(\u00b2 a)", "expected a label"), ("(99999999999999999999999 a)", "expected a label"),
+    (b"(1 \xff)", "PTB line 1 is not UTF-8"), (7, "PTB line 1 is a int, not text"),
+], ids=["unclosed", "closed twice", "a word as label", "two trees", "a superscript digit",
+        "a label past int64", "bytes not UTF-8", "not text"])
 def test_from_ptb_refuses_malformed_lines_naming_the_line(line, message):
-    with pytest.raises(rj.InputError, match=f"PTB line 1: {message}"):
+    with pytest.raises(rj.InputError, match=message) as error:
         rj.Forest.from_ptb([line])
+    assert str(error.value).startswith("PTB line 1")
 
 
 def test_from_edges_keeps_edge_order_and_finds_roots():
@@ -77,11 +81,42 @@ def test_from_edges_refuses_what_is_not_a_count_and_pairs_of_nodes(num_nodes, ed
     (lambda: rj.Forest.perfect(2, num_trees=-1), "num_trees must be an int >= 0, not -1"),
     (lambda: rj.Forest.perfect(2.5), "height must be an int >= 0, not 2.5"),
     (lambda: rj.Forest.from_sequences([2.5]), "sequence lengths must be integers, not float64"),
+    (lambda: rj.Forest.from_sequences([[1, 2]]), r"not an array of shape \(1, 2\)"),
+    (lambda: rj.Forest.from_sequences([3, 0]), "sequence 1 has length 0"),
+    (lambda: rj.Forest.random_binary(2, mean_leaves=-1), "mean_leaves must be a number from 0"),
+    (lambda: rj.Forest.random_binary(2, mean_leaves=float("nan")), "mean_leaves must be a"),
+    (lambda: rj.Forest.random_binary(2, seed="x"), "seed must be an int"),
+    (lambda: rj.Forest.perfect(80), "height 80 would have 2\\*\\*81 - 1 nodes"),
+    (lambda: rj.Forest.perfect(40, num_trees=2**30), "would have .* nodes, more than"),
+    (lambda: rj.Forest.from_nested([(2**70, 1)]), "leaf 1180591620717411303424 is outside"),
+    (lambda: rj.Forest.from_nested([(np.uint64(2**63), 1)]), "leaf 9223372036854775808 is"),
+    (lambda: rj.Forest.from_nested(5), "Forest.from_nested: trees must be an iterable"),
+    (lambda: rj.Forest.from_nested([1], leaf_field=3), "leaf_field must name a field"),
+    (lambda: rj.Forest.from_ptb(["(1 a)"], vocab=["a"]), "vocab must be a dict"),
+    (lambda: rj.Forest.from_ptb(3), "Forest.from_ptb: lines must be an iterable"),
+    (lambda: rj.Forest([0], [], [], fields=[1]), "fields must be a dict"),
 ], ids=["negative trees", "fractional trees", "empty vocabulary", "negative perfect trees",
-        "fractional height", "fractional length"])
-def test_the_generated_forests_refuse_counts_that_are_not_counts(make, message):
+        "fractional height", "fractional length", "lengths of two dimensions", "a length 0",
+        "negative mean leaves", "NaN mean leaves", "a seed of text", "too high a tree",
+        "too many trees", "a leaf past int64", "a leaf past int64 unsigned", "not nested",
+        "a field name not a name", "a vocabulary not a dict", "not lines", "fields not a dict"])
+def test_the_constructors_refuse_what_they_cannot_build_naming_the_argument(make, message):
     with pytest.raises(rj.InputError, match=message):
         make()
+
+
+def test_from_sequences_of_no_sequences_is_an_empty_forest_as_from_nested_of_no_trees():
+    for forest in (rj.Forest.from_sequences([]), rj.Forest.from_nested([])):
+        assert forest.num_nodes == 0 and forest.roots.size == 0
+
+
+@pytest.mark.parametrize("dtype", [">i8", ">i4", ">f8", "<i8"])
+def test_a_field_in_another_byte_order_holds_its_numbers_in_the_machines(dtype):
+    forest = rj.Forest.from_nested([(0, 1)], leaf_field="x")
+    forest = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                       {"x": np.array([5, 0, 1], dtype=dtype)})
+    assert forest.fields["x"].dtype.isnative
+    assert forest.fields["x"].tolist() == [5, 0, 1]
 
 
 def test_roots_of_more_than_one_dimension_are_refused():
@@ -220,6 +255,17 @@ def test_concat_refuses_forests_whose_word_ids_mean_other_words():
     first, second = rj.Forest.from_ptb(PTB_LINES[:1]), rj.Forest.from_ptb(PTB_LINES[1:2])
     with pytest.raises(rj.InputError, match="forest 1 has another vocabulary than forest 0"):
         rj.Forest.concat([first, second])
+
+
+def test_concat_refuses_a_field_of_other_widths_or_kinds_naming_it():
+    def forest(values):
+        return rj.Forest.from_edges(2, [(0, 1)], fields={"x": values})
+
+    with pytest.raises(rj.InputError, match=r"field 'x' of forest 1 holds float64 rows of shape "
+                                            r"\(3,\), forest 0's float64 rows of shape \(2,\)"):
+        rj.Forest.concat([forest(np.ones((2, 2))), forest(np.ones((2, 3)))])
+    with pytest.raises(rj.InputError, match="field 'x' of forest 1 holds float64 rows"):
+        rj.Forest.concat([forest(np.ones(2, dtype=int)), forest(np.ones(2))])
 
 
 def test_concat_refuses_forests_of_other_fields_or_kinds():

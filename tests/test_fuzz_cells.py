@@ -2,9 +2,6 @@
 ones with one mistake, into a module file and imports them. recjit either computes what the
 naive recursion computes, or raises a `RecJitError` (pointing at a line, where the mistake
 is in the source); never another exception. A valid cell always compiles."""
-import hashlib
-import importlib.util
-import os
 import tempfile
 
 import numpy as np
@@ -12,7 +9,7 @@ from hypothesis import event, given, settings, strategies as st
 
 import recjit as rj
 
-from conftest import assert_same_result, binary_forests, nary_forests
+from conftest import assert_same_result, binary_forests, import_source, nary_forests
 
 HIDDEN, VOCAB = 3, 8
 MODULES = tempfile.mkdtemp(prefix="recjit-fuzz-cells-")
@@ -124,15 +121,7 @@ def cells(draw):
 
 
 def load(source):
-    """Import `source` from a file of its own, so that recjit can read the function back."""
-    name = "fuzzed_" + hashlib.sha256(source.encode()).hexdigest()[:16]
-    path = os.path.join(MODULES, name + ".py")
-    with open(path, "w") as handle:
-        handle.write(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.cell
+    return import_source(source, MODULES, "fuzzed_").cell
 
 
 def parameters(seed, dtype):

@@ -3,7 +3,7 @@ from .build import build_cell_ir
 from .cell_ir import CellCase, CellIR, Op
 from .names import Binding
 from .properties import check_properties
-from .source import read_source
+from .source import read_source, require_code
 
 __all__ = ["Binding", "CellCase", "CellIR", "Op", "build_cell_ir", "check_properties",
-           "read_source"]
+           "read_source", "require_code"]

@@ -31,6 +31,21 @@ class FunctionSource:
 
 
 
+def require_code(function):
+    """The code object `function` runs; a callable without one (`functools.lru_cache`'s
+    wrapper, a `functools.partial`) is refused, naming what it wraps."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        name = getattr(function, "__qualname__", repr(function))
+        wrapped = getattr(function, "__wrapped__", None)
+        what = (f"a {type(function).__name__} wrapped around {wrapped.__qualname__}"
+                if hasattr(wrapped, "__qualname__") else f"a {type(function).__name__}")
+        raise UnsupportedError(f"{name} is {what}, not a plain function: recjit compiles the "
+                               "source of the function a call runs, so decorate the cell (or "
+                               "helper) with plain functions only")
+    return code
+
+
 @functools.lru_cache(maxsize=1024)
 def read_source(function):
     """The parsed source of `function` itself: of a decorator's wrapper, not of the function
@@ -40,14 +55,7 @@ def read_source(function):
     Read once a function (of the last 1024): a file edited since it was defined no longer
     holds its source, and a cell is analysed again when a name it reads is bound again."""
     name = getattr(function, "__qualname__", repr(function))
-    code = getattr(function, "__code__", None)
-    if code is None:
-        wrapped = getattr(function, "__wrapped__", None)
-        what = (f"a {type(function).__name__} wrapped around {wrapped.__qualname__}"
-                if hasattr(wrapped, "__qualname__") else f"a {type(function).__name__}")
-        raise UnsupportedError(f"{name} is {what}, not a plain function: recjit compiles the "
-                               "source of the function a call runs, so decorate the cell (or "
-                               "helper) with plain functions only")
+    code = require_code(function)
     try:
         lines, first_line = inspect.getsourcelines(code)
     except (OSError, TypeError) as error:

@@ -32,7 +32,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench.py
 
-# Each scheduling primitive's effect (issue 6, Cortex Fig. 10): results/ablation-<machine>.*
+# Each scheduling primitive's effect (Cortex Fig. 10): results/ablation-<machine>.*
 bench-ablation: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/ablation.py
 

@@ -1,4 +1,4 @@
-"""Ablation of recjit's scheduling primitives (issue 6; Cortex Fig. 10).
+"""Ablation of recjit's scheduling primitives (Cortex Fig. 10).
 
     python benchmarks/ablation.py [--quick] [--cuda | --no-cuda] [--models tree_lstm,...]
 

@@ -1,4 +1,4 @@
-"""The side-by-side benchmark (DESIGN §8): every model of the zoo against the peers a user
+"""The side-by-side benchmark (docs/design.md §8): every model of the zoo against the peers a user
 would run instead, in one process, on the same parameters and inputs.
 
     python benchmarks/bench.py [--trees ../shared/data/sst/test.txt] [--quick]
@@ -8,7 +8,7 @@ would run instead, in one process, on the same parameters and inputs.
 Every peer's roots are checked against the naive recursion before it is timed. Latency is the
 median over batches after a warm-up batch; recjit's compile and linearization times are reported
 apart. With a GPU (`--cuda`, the default where numba.cuda finds one), recjit's CUDA kernel and
-PyTorch level-batched on the GPU run too, and the GPU targets of issue 4 are judged: Cortex's
+PyTorch level-batched on the GPU run too, and the GPU targets are judged: Cortex's
 latency against recjit's whole run and against its run of a forest prepared ahead (`recjit
 cuda prepared`: `model.prepare` validates and linearizes outside the timer); the ratio to
 PyTorch, which linearizes inside its timed run, against the whole run. Writes
@@ -48,7 +48,8 @@ VOCAB = {}  # one vocabulary for every batch of SST trees
 
 @dataclass(frozen=True)
 class Benchmark:
-    """A model of DESIGN §7: its example module, its structure, its hidden sizes (hs, hl)."""
+    """A model of docs/design.md §7: its example module, its structure, its hidden sizes (hs,
+    hl)."""
 
     name: str
     structure: str  # "sst", "perfect", "grid" or "sequence"
@@ -152,7 +153,7 @@ def peers(name, cuda):
 
 def prepared_run(model, forest, p, backend):
     """A run of `forest` validated and linearized ahead (`model.prepare`, outside the timer):
-    the kernel's latency with linearization reported apart, as DESIGN §8 has it."""
+    the kernel's latency with linearization reported apart, as docs/design.md §8 has it."""
     prepared = model.prepare(forest, p, backend=backend)
     return lambda: model.run(prepared, p, backend=backend).roots[0]
 
@@ -215,7 +216,7 @@ def measure(benchmark, hidden, batch, forests, repeat, cuda, cuda_threads=()):
 
 
 def targets(results):
-    """Issue 5's targets, judged on this run's rows: [(target, measured, met)]."""
+    """The CPU targets, judged on this run's rows: [(target, measured, met)]."""
     rows = {(r["model"], r["hidden"], r["batch"]): r for r in results["rows"]}
     judged = []
 
@@ -245,7 +246,7 @@ def targets(results):
 
 
 def gpu_targets(rows):
-    """Issue 4's: below Cortex's V100 latency, and ≥ 10x PyTorch level-batched on the GPU."""
+    """The GPU targets: below Cortex's V100 latency, and ≥ 10x PyTorch level-batched on the GPU."""
     judged = []
     for row in rows:
         recjit_ms = row["ms"].get("recjit cuda")
@@ -307,7 +308,7 @@ def markdown(results):
                      + " | ".join(cells) + " |")
     absent = {(peer, reason) for row in results["rows"] for peer, reason in row["absent"].items()}
     lines += [""] + [f"- {peer}: {reason}" for peer, reason in sorted(absent)]
-    lines += ["", "| target (issues 4, 5) | this run | met |", "|---|---|---|"]
+    lines += ["", "| target | this run | met |", "|---|---|---|"]
     lines += [f"| {text} | {value} | {'yes' if met else 'no'} |"
               for text, value, met in results["targets"]]
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Issue 2's measurements: linearization time, and compiled TreeLSTM against the reference.
+"""The core measurements: linearization time, and compiled TreeLSTM against the reference.
 
     python benchmarks/bench_core.py [--trees ../shared/data/sst/test.txt] [--hidden 256]
 

@@ -1,4 +1,4 @@
-"""Child-sum TreeLSTM (Tai et al. 2015): DESIGN §1's binary form on SST trees, and the same
+"""Child-sum TreeLSTM (Tai et al. 2015): docs/design.md §1's binary form on SST trees, and the same
 cell for any number of children (`child_sum_tree_lstm`).
 
     python examples/tree_lstm.py [--hidden 256] [--batch 10] [--trees ../shared/data/sst/test.txt]

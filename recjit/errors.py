@@ -27,7 +27,7 @@ class RecursionPropertyError(SourceLocated):
 
 
 class UnsupportedError(SourceLocated):
-    """The cell function uses a construct outside the cell language (DESIGN §1)."""
+    """The cell function uses a construct outside the cell language (docs/design.md §1)."""
 
 
 class InputError(RecJitError):

@@ -28,7 +28,7 @@ _DEFAULT_ARITY = object()
 
 
 def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedule=None):
-    """Decorate a recursive cell function `f(node, p)`; see DESIGN §1. `arity`: the children
+    """Decorate a recursive cell function `f(node, p)`; see docs/design.md §1. `arity`: the children
     of every internal node (2 by default, 1 for a sequence), or None for any number (child-sum
     models, DAGs whose nodes have different numbers of predecessors)."""
     if kind not in ("tree", "dag", "sequence"):
@@ -356,10 +356,10 @@ class RecursiveModel:
             raise InputError(f"this forest was prepared for another backend, schedule or "
                              f"parameter shapes than backend={backend!r} and these; call "
                              f"{self.__name__}.prepare again")
-        changed = prepared.compiled.cell.outside.changed()
-        if changed is not None:
-            raise InputError(f"`{changed}`, which {self.__name__} reads from outside its body, "
-                             "has changed since this forest was prepared; call "
+        outside = prepared.compiled.cell.outside
+        if not outside.holds():
+            raise InputError(f"`{outside.changed()}`, which {self.__name__} reads from outside "
+                             "its body, has changed since this forest was prepared; call "
                              f"{self.__name__}.prepare again")
         self._latest[backend] = prepared.compiled
         return prepared.compiled, prepared.linearized

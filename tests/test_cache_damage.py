@@ -21,7 +21,7 @@ def affine(x):
     y = y + 1.0
     return y
 '''
-CUT = 7  # the lines before `y = y + 1.0`: a file cut there still imports, and computes another thing
+CUT = 7  # the lines before `y = y + 1.0`: a file cut there still imports, computing something else
 
 
 @pytest.fixture

@@ -93,7 +93,7 @@ def helper_gate(x, p, bias):
 
 @rj.recursive_model(arity=2)
 def kitchen_sink(node, p):
-    """Every op of the cell language that issue 2 compiles, in one cell."""
+    """Every op of the first cell language, in one cell."""
     if node.is_leaf:
         e = p.E[node.word]
         return rj.relu(e) - 0.5 * e, rj.zeros(4) + rj.ones(4) / 2

@@ -1,6 +1,6 @@
 """Context arguments: a cell's arguments after `p`, handed down unchanged to every recursive
-call (DESIGN §1). `run(..., context=...)` and `reference(..., context=...)` take their values;
-the kernel reads them as parameters."""
+call (docs/design.md §1). `run(..., context=...)` and `reference(..., context=...)` take their
+values; the kernel reads them as parameters."""
 import numpy as np
 import pytest
 from hypothesis import given, settings

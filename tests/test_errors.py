@@ -186,7 +186,8 @@ def test_an_update_in_place_of_a_childs_state_is_refused_naming_the_line():
 def in_place_cell(body, tmp_path):
     """A one-child cell whose internal case is `a = <the child's state> * 1`, then `body`."""
     path = tmp_path / "in_place.py"
-    path.write_text("import numpy as np\nimport recjit as rj\n\n\ndef helper(x):\n    return x\n\n\n"
+    path.write_text("import numpy as np\nimport recjit as rj\n\n\n"
+                    "def helper(x):\n    return x\n\n\n"
                     "@rj.recursive_model(arity=1)\ndef in_place(node, p):\n"
                     "    if node.is_leaf:\n        return p.E[node.word]\n"
                     "    a = in_place(node.children[0], p) * 1\n    " + body + "\n")

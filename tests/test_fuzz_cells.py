@@ -1,4 +1,4 @@
-"""Random cell functions (issue 7): hypothesis writes binary-tree cell functions, valid ones and
+"""Random cell functions: hypothesis writes binary-tree cell functions, valid ones and
 ones with one mistake, into a module file and imports them. recjit either computes what the
 naive recursion computes, or raises a `RecJitError` (pointing at a line, where the mistake
 is in the source); never another exception. A valid cell always compiles."""

@@ -1,4 +1,4 @@
-"""Malformed forests (issue 7): whatever CSR arrays and fields a user hands over, `run` either
+"""Malformed forests: whatever CSR arrays and fields a user hands over, `run` either
 equals the reference or raises a `RecJitError`; never a crash, a hang or a wrong answer."""
 import numpy as np
 from hypothesis import event, given, settings, strategies as st

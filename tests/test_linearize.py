@@ -1,4 +1,4 @@
-"""The linearizer's numbering (DESIGN §3) and its structural validation."""
+"""The linearizer's numbering (docs/design.md §3) and its structural validation."""
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st

@@ -1,4 +1,4 @@
-"""Scale (issue 7): deep chains and million-node forests run without Python recursion, in
+"""Scale: deep chains and million-node forests run without Python recursion, in
 memory proportional to the number of nodes."""
 import sys
 

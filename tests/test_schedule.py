@@ -1,4 +1,4 @@
-"""Scheduling primitives (issue 6): every combination of `rj.Schedule` fields computes what the
+"""Scheduling primitives: every combination of `rj.Schedule` fields computes what the
 naive recursion computes; unrolled and unbatched linearizations keep children before parents;
 the compiler fills in what the user leaves open, and refuses what cannot apply."""
 import io

@@ -1,6 +1,6 @@
-"""Every model of DESIGN §7 (and every other example), compiled for the CPU, equals its naive
-recursion on generated structures of its kind and random parameters (within 1e-5 relative,
-float64)."""
+"""Every model of docs/design.md §7 (and every other example), compiled for the CPU, equals its
+naive recursion on generated structures of its kind and random parameters (within 1e-5
+relative, float64)."""
 import io
 
 import numpy as np

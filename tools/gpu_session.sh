@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything issue 4 asks of a lent GPU, in one command (the device tool's machine starts bare
+# Everything the GPU work asks of a lent GPU, in one command (the device tool's machine starts bare
 # and stays warm only seconds between calls). Run from the repository root:
 #     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile products
 #                                        levels refactor ranges variants quick-bench bench

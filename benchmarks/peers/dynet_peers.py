@@ -1,6 +1,6 @@
 """DyNet with autobatching, running the cells of `cells.py`: the recursion builds one graph for
 the whole batch, and DyNet batches the operations it finds alike. The ParameterCollection stays
-referenced by the returned closure for as long as it runs (DESIGN §8: its storage is freed
+referenced by the returned closure for as long as it runs (docs/design.md §8: its storage is freed
 otherwise)."""
 from types import SimpleNamespace
 

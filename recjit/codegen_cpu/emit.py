@@ -1,4 +1,4 @@
-"""ILIR kernel → the Python source of one `@njit(parallel=True)` function (DESIGN §5).
+"""ILIR kernel → the Python source of one `@njit(parallel=True)` function (docs/design.md §5).
 
 The translation is one to one: a parallel ILIR loop is a `prange` (inside the batch loop, with
 a serial twin for batches of a few nodes), consecutive `MatMul`s one `prange` over workers,

@@ -1,4 +1,4 @@
-"""ILIR kernel → the Python source of numba.cuda kernels (DESIGN §6).
+"""ILIR kernel → the Python source of numba.cuda kernels (docs/design.md §6).
 
 Fused (the default): one persistent cooperative kernel; every thread of the grid runs the whole
 body. A parallel loop over `count` items whose element loops span `n` elements becomes one

@@ -1,5 +1,5 @@
-"""The hidden units split over a fused kernel's blocks (DESIGN §6: a node's elementwise ops run
-where their rows live), and the grid barriers that this makes block barriers.
+"""The hidden units split over a fused kernel's blocks (docs/design.md §6: a node's elementwise
+ops run where their rows live), and the grid barriers that this makes block barriers.
 
 A batch of a refactored TreeLSTM is: the elementwise ops, a grid barrier, the products of the
 states just computed, a grid barrier, the next batch's elementwise ops. On an H100 a grid

@@ -1,4 +1,4 @@
-"""Frontend: the cell function's source → P.1–P.3 proven → the cell IR (DESIGN §1, §2)."""
+"""Frontend: the cell function's source → P.1–P.3 proven → the cell IR (docs/design.md §1, §2)."""
 from .build import build_cell_ir
 from .cell_ir import CellCase, CellIR, Op
 from .names import Binding

@@ -138,7 +138,7 @@ class CaseBuilder:
         return op.kind in ("const", "fill") and op.attrs[0] == 0.0
 
     def simplify(self, kind, args, attrs, shape, line):
-        """Zeros propagate (DESIGN §4): a leaf's empty child sum, `0 + x`, `W @ 0` cost
+        """Zeros propagate (docs/design.md §4): a leaf's empty child sum, `0 + x`, `W @ 0` cost
         nothing. Returns the value that replaces the op, or None."""
         zeros = [self.is_zero(a) for a in args]
         if not any(zeros):

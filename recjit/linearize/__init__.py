@@ -1,4 +1,4 @@
-"""Forests and their linearization into the arrays kernels walk (DESIGN §3)."""
+"""Forests and their linearization into the arrays kernels walk (docs/design.md §3)."""
 from ..generated import guard_caches
 from . import linearizer, unroll
 from .forest import Forest, random_bracketing

@@ -1,4 +1,4 @@
-"""The numba-jitted linearizer (DESIGN §3, Cortex §4.2 and appendix B).
+"""The numba-jitted linearizer (docs/design.md §3, Cortex §4.2 and appendix B).
 
 It renumbers a forest so that every batch (all nodes of one height, across the whole forest) is
 a contiguous range, parents are numbered below their children and the leaves come last; a batch
@@ -317,7 +317,7 @@ def check_structure(forest):
 
 
 def linearize(forest, single_parent=True, arity=None):
-    """Validate the forest's structure and renumber it (DESIGN §3). `single_parent`: a tree,
+    """Validate the forest's structure and renumber it (docs/design.md §3). `single_parent`: a tree,
     where a node reached from two parents is an error; otherwise a DAG. `arity`: every node
     has 0 or `arity` children (None: any number)."""
     if forest.num_nodes == 0:

@@ -183,7 +183,7 @@ def test_an_update_in_place_of_a_childs_state_is_refused_naming_the_line():
         in_place.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
-def in_place_cell(body, tmp_path):
+def cell_with_body(body, tmp_path):
     """A one-child cell whose internal case is `a = <the child's state> * 1`, then `body`."""
     path = tmp_path / "in_place.py"
     path.write_text("import numpy as np\nimport recjit as rj\n\n\n"
@@ -195,6 +195,22 @@ def in_place_cell(body, tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.in_place
+
+
+@pytest.mark.parametrize("body, message", [
+    ("return a / (1 / 0)", "ZeroDivisionError"),
+    ("return a * 2.0 ** 5000", "OverflowError"),
+    ("return a * 10 ** 400", "constant 1000.* is beyond the largest float"),
+    ("return a * len(1, 2)", r"`len` raises TypeError here \(len\(\) takes exactly one"),
+    ("return a * sum(range(3, step=1))", "`range` raises TypeError here"),
+    ("for _ in range(10 ** 9):\n        a = a + 1\n    return a", "unrolls loops, up to 4096")],
+    ids=["division by zero", "a power past the floats", "an int past the floats",
+         "len of two", "a keyword range refuses", "a billion steps"])
+def test_what_python_refuses_in_a_cells_arithmetic_is_refused_at_its_line(body, message,
+                                                                          tmp_path):
+    with pytest.raises(rj.UnsupportedError, match=message) as error:
+        cell_with_body(body, tmp_path).run(IN_PLACE_FOREST, IN_PLACE_PARAMS)
+    assert error.value.filename.endswith("in_place.py")
 
 
 IN_PLACE_FOREST = rj.Forest.from_edges(2, [(0, 1)], fields={"word": [0, 1]}, kind="tree")
@@ -220,7 +236,7 @@ IN_PLACE_PARAMS = rj.Params(E=np.array([[1.0, 2.0], [3.0, 5.0]]), W=np.eye(2, 2)
          "a slice", "a zip", "a single split part", "a split at an index"])
 def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp_path):
     with pytest.raises(rj.UnsupportedError, match="in place"):
-        in_place_cell(body, tmp_path).run(IN_PLACE_FOREST, IN_PLACE_PARAMS)
+        cell_with_body(body, tmp_path).run(IN_PLACE_FOREST, IN_PLACE_PARAMS)
 
 
 @pytest.mark.parametrize("body", [
@@ -230,7 +246,7 @@ def test_an_update_in_place_of_an_array_another_name_shares_is_refused(body, tmp
     "a += a\n    a += p.W @ a\n    return a"],
     ids=["read by an operator", "read by a function and for its shape", "summed", "twice"])
 def test_an_update_in_place_of_an_array_only_operations_read_equals_the_recursion(body, tmp_path):
-    model = in_place_cell(body, tmp_path)
+    model = cell_with_body(body, tmp_path)
     assert_same_result(model.run(IN_PLACE_FOREST, IN_PLACE_PARAMS),
                        model.reference(IN_PLACE_FOREST, IN_PLACE_PARAMS))
 

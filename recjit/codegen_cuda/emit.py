@@ -577,65 +577,76 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     launches them, `launch(kernel, items, arguments)` running one over `items` work items (or
     over `items` blocks, `one_block_per_item=True`); it takes host copies of the structure
     arrays it reads (`host_batch_begin`) last."""
-    host_arrays = []
-    kernels, host_lines = [], []
-
-    def host_array(array):
-        if array not in host_arrays:
-            host_arrays.append(array)
-        return f"host_{array}"
-
-    host = PythonExpressions(CALLS, host_array)
-
-    def visit(body, depth):
-        pad = "    " * depth
-        for statement in body:
-            if isinstance(statement, Loop) and statement.parallel:
-                name = f"{kernel.name}_{len(kernels)}"
-                arguments = free_names(statement)
-                signature = [_jit(fast_math, launch_bound), f"def {name}({', '.join(arguments)}):"]
-                emitter = Emitter()
-                if statement.one_worker:
-                    emitter.block_per_item(statement, 1)
-                    items, per_block = host(statement.stop), ", one_block_per_item=True"
-                else:
-                    signature += ["    thread = cuda.grid(1)", "    threads = cuda.gridsize(1)"]
-                    emitter.parallel_loop(statement, 1)
-                    extent = element_extent(statement.body)[0]
-                    items = host(statement.stop) + (f" * {extent}" if extent > 1 else "")
-                    per_block = ""
-                kernels.append(signature + emitter.lines)
-                host_lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}]"
-                                  f"{per_block})")
-            elif isinstance(statement, MatMul):
-                rows = host.bound(statement.rows)
-                operands = ", ".join(host.matmul_operands(statement))
-                host_lines.append(
-                    f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
-                    f"[{operands}, {rows}])")
-            elif isinstance(statement, If):
-                host.branch(statement, pad, host_lines, lambda body: visit(body, depth + 1))
-            elif isinstance(statement, Loop):
-                host_lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
-                visit(statement.body, depth + 1)
-            elif isinstance(statement, Let):
-                host_lines.append(f"{pad}{statement.name} = {host.bound(statement.value)}")
-            elif isinstance(statement, Barrier):
-                host_lines.append(f"{pad}# barrier (launches run in order): {statement.reason}")
-            elif isinstance(statement, Comment):
-                host_lines.append(f"{pad}# {statement.text}")
-            elif not isinstance(statement, Alloc):
-                raise TypeError(statement)
-
-    host_lines += _transposed_views(kernel)
-    visit(kernel.body, 1)
+    host = _UnfusedHost(kernel, _jit(fast_math, launch_bound))
+    host.lines += _transposed_views(kernel)
+    host.visit(kernel.body, 1)
     scratch = scratch_arrays(kernel)
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
-                 + tuple(f"host_{name}" for name in host_arrays))
+                 + tuple(f"host_{name}" for name in host.arrays))
     lines = _module_header(kernel, header, ["matmul_kernel"])
-    for kernel_lines in kernels:
+    for kernel_lines in host.kernels:
         lines += kernel_lines + ["", ""]
-    lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host_lines + ["", ""]
+    lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host.lines + ["", ""]
     lines += emit_scratch_shapes(kernel, scratch)
-    return "\n".join(lines) + "\n", tuple(host_arrays)
+    return "\n".join(lines) + "\n", tuple(host.arrays)
+
+
+class _UnfusedHost:
+    """The unfused schedule's host function, statement by statement: a parallel loop becomes a
+    kernel of its own (`kernels`) and its launch, a product a launch of `matmul_kernel`, the
+    rest host code; `arrays` are the structure arrays the host reads (as `host_<name>`)."""
+
+    def __init__(self, kernel, decorator):
+        self.kernel = kernel
+        self.decorator = decorator
+        self.kernels, self.lines, self.arrays = [], [], []
+        self.expression = PythonExpressions(CALLS, self.host_array)
+
+    def host_array(self, array):
+        if array not in self.arrays:
+            self.arrays.append(array)
+        return f"host_{array}"
+
+    def visit(self, body, depth):
+        pad, host = "    " * depth, self.expression
+        for statement in body:
+            if isinstance(statement, Loop) and statement.parallel:
+                self.launch_loop(statement, pad)
+            elif isinstance(statement, MatMul):
+                rows = host.bound(statement.rows)
+                operands = ", ".join(host.matmul_operands(statement))
+                self.lines.append(
+                    f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
+                    f"[{operands}, {rows}])")
+            elif isinstance(statement, If):
+                host.branch(statement, pad, self.lines, lambda body: self.visit(body, depth + 1))
+            elif isinstance(statement, Loop):
+                self.lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
+                self.visit(statement.body, depth + 1)
+            elif isinstance(statement, Let):
+                self.lines.append(f"{pad}{statement.name} = {host.bound(statement.value)}")
+            elif isinstance(statement, Barrier):
+                self.lines.append(f"{pad}# barrier (launches run in order): {statement.reason}")
+            elif isinstance(statement, Comment):
+                self.lines.append(f"{pad}# {statement.text}")
+            elif not isinstance(statement, Alloc):
+                raise TypeError(statement)
+
+    def launch_loop(self, statement, pad):
+        """A kernel of its own for parallel loop `statement`, and the line that launches it."""
+        name = f"{self.kernel.name}_{len(self.kernels)}"
+        arguments = free_names(statement)
+        signature = [self.decorator, f"def {name}({', '.join(arguments)}):"]
+        emitter = Emitter()
+        if statement.one_worker:
+            emitter.block_per_item(statement, 1)
+            items, per_block = self.expression(statement.stop), ", one_block_per_item=True"
+        else:
+            signature += ["    thread = cuda.grid(1)", "    threads = cuda.gridsize(1)"]
+            emitter.parallel_loop(statement, 1)
+            extent = element_extent(statement.body)[0]
+            items = self.expression(statement.stop) + (f" * {extent}" if extent > 1 else "")
+            per_block = ""
+        self.kernels.append(signature + emitter.lines)
+        self.lines.append(f"{pad}launch({name}, {items}, [{', '.join(arguments)}]{per_block})")

@@ -7,6 +7,7 @@ from the actual parameters and fields, so a shape error names the user's line.""
 import ast
 import builtins
 import inspect
+import sys
 from collections import Counter
 
 import numpy as np
@@ -20,6 +21,7 @@ from .source import read_source
 from .syntax import cell_arguments, is_none_test, positional_arguments
 
 MAX_INLINE_DEPTH = 20
+MAX_UNROLLED = 4096  # the most steps of a loop the frontend unrolls
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 PYTHON_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
                     ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b,
@@ -192,6 +194,9 @@ class CaseBuilder:
         if isinstance(value, ParamArray):
             return self.emit("param", (), (value.name,), value.shape, source.lineno(node))
         if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+            if isinstance(value, int) and abs(value) > sys.float_info.max:  # of any size
+                raise UnsupportedError(f"constant {value} is beyond the largest float",
+                                       **source.where(node))
             return self.emit("const", (), (float(value),), (), source.lineno(node))
         if isinstance(value, VariableCount):  # a number per node: its count of children
             return self.emit("num_children", (), (), (), source.lineno(node))
@@ -476,6 +481,11 @@ class Interpreter:
                 raise self.unsupported(f"with arity=None, {VARIABLE_CHILDREN}", node)
             return [NodeView(k) for k in range(self.builder.num_children)]
         if isinstance(value, (tuple, list, range)):
+            if len(value) > MAX_UNROLLED:
+                raise self.unsupported(f"a loop over {len(value)} values: the frontend unrolls "
+                                       f"loops, up to {MAX_UNROLLED} steps (a loop over a "
+                                       "tensor's elements is what a vector operation does)",
+                                       node)
             path = self.builder.outside.path_of(value)
             if path is not None:  # compared as a whole at each run; reads into it are paths
                 for index, element in enumerate(value):
@@ -652,7 +662,11 @@ class Interpreter:
 
     def binary(self, operator, left, right, node):
         if _is_number(left) and _is_number(right) and type(operator) in PYTHON_OPERATORS:
-            return PYTHON_OPERATORS[type(operator)](left, right)
+            try:
+                return PYTHON_OPERATORS[type(operator)](left, right)
+            except ArithmeticError as error:  # as the plain recursion would raise it
+                raise self.unsupported(f"{type(error).__name__} ({error}) in arithmetic on "
+                                       "numbers", node) from None
         line = self.source.lineno(node)
         if isinstance(operator, ast.MatMult):
             return self.matmul(left, right, node)
@@ -804,7 +818,21 @@ class Interpreter:
         function = ops.as_cell_function(self.expr(node.func, env))
         model = self.builder.model
         recursive = function is model or function is getattr(model, "function", None)
-        if not recursive and isinstance(function, type(model)):
+        self.refuse_call(function, recursive, node)
+        if any(isinstance(a, ast.Starred) for a in node.args):
+            raise self.unsupported("`*args` in a call is not part of the cell language", node)
+        arguments = [self.expr(a, env) for a in node.args]
+        keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
+        if recursive:
+            return self.recursive_call(cell_arguments(self.builder.model, arguments, keywords,
+                                                      node, self.source), node)
+        if is_user_helper(function):
+            return self.inline(function, arguments, keywords, node)
+        return self.cell_function_call(function, arguments, keywords, node)
+
+    def refuse_call(self, function, recursive, node):
+        """Refuse, naming the line, a call of what the cell language does not call."""
+        if not recursive and isinstance(function, type(self.builder.model)):
             raise self.unsupported(f"calling another recursive model ({function.__name__}) "
                                    "from a cell is not part of the cell language: a cell "
                                    "recurses into itself only; run the other model first and "
@@ -823,13 +851,9 @@ class Interpreter:
                                    "tanh, exp, log, sqrt, abs, maximum, minimum, concatenate, "
                                    "dot or matmul, or a helper function)",
                                    node)
-        if any(isinstance(a, ast.Starred) for a in node.args):
-            raise self.unsupported("`*args` in a call is not part of the cell language", node)
-        arguments = [self.expr(a, env) for a in node.args]
-        keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
-        if recursive:
-            return self.recursive_call(cell_arguments(self.builder.model, arguments, keywords,
-                                                      node, self.source), node)
+
+    def cell_function_call(self, function, arguments, keywords, node):
+        """A call of one of the cell language's functions (`_CELL_FUNCTIONS`)."""
         line = self.source.lineno(node)
         if function in ops.UNARY and len(arguments) == 1 and not keywords:
             tensor = self.builder.tensor(arguments[0], self.source, node)
@@ -849,24 +873,39 @@ class Interpreter:
             return self.sum(arguments, keywords, node)
         if function in (builtins.max, builtins.min):
             return self.max_or_min(function, arguments, keywords, node)
+        if function in (builtins.zip, builtins.enumerate, builtins.range, builtins.len,
+                        builtins.tuple, builtins.list):
+            return self.sequence_call(function, arguments, keywords, node)
+        raise self.unsupported(f"calling {_describe(function)} with {len(arguments)} "
+                               f"argument(s){' and keywords' if keywords else ''} is not part "
+                               "of the cell language", node)
+
+    def sequence_call(self, function, arguments, keywords, node):
+        """zip, enumerate, range, len, tuple or list: of the children or values per child, of
+        sequences known now, or of numbers; what Python itself refuses is refused here too."""
         if function in (builtins.zip, builtins.enumerate):
             each = [self.each_child(a) for a in arguments]
             if function is builtins.zip and each and all(e is not None for e in each):
                 return PerChild(tuple(each))  # zip(node.children, states)
-            return list(function(*(self.sequence(a, node) for a in arguments), **keywords))
+            return self.python_call(function, [self.sequence(a, node) for a in arguments],
+                                    keywords, node, list)
         if function is builtins.len and len(arguments) == 1 and isinstance(
                 arguments[0], (ChildrenView, PerChild)):
             count = self.builder.num_children
             return VariableCount() if count is None else count  # as node.num_children
-        if function in (builtins.range, builtins.len, builtins.tuple, builtins.list):
-            if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
-                raise self.unsupported(f"`{function.__name__}` of a tensor", node)
-            return function(*arguments, **keywords)
-        if is_user_helper(function):
-            return self.inline(function, arguments, keywords, node)
-        raise self.unsupported(f"calling {_describe(function)} with {len(arguments)} "
-                               f"argument(s){' and keywords' if keywords else ''} is not part "
-                               "of the cell language", node)
+        if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
+            raise self.unsupported(f"`{function.__name__}` of a tensor", node)
+        return self.python_call(function, arguments, keywords, node)
+
+    def python_call(self, function, arguments, keywords, node, then=None):
+        """`function(*arguments, **keywords)` (and `then` of that), or the error Python raises
+        for it as an `UnsupportedError` at its line, as the plain recursion would raise it."""
+        try:
+            value = function(*arguments, **keywords)
+            return value if then is None else then(value)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise self.unsupported(f"`{function.__name__}` raises {type(error).__name__} here "
+                                   f"({error})", node) from None
 
     def recursive_call(self, arguments, node):
         context = self.builder.context

@@ -536,89 +536,116 @@ def lower(cell, schedule):
         refactored = refactor(cell)
         cell, projections = refactored.cell, refactored.projections
     leaf, internal = cell.case("leaf"), cell.case("internal")
-    states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
-    row_block = schedule.row_block
     body = [Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin")))]
     body += [Alloc(projection.name, (Var("num_nodes"), Const(projection.rows)))
              for projection in projections]
-    scalars, structure = SCALARS, STRUCTURE
-
     key = distinct_key(leaf) if schedule.specialize else None
+    scalars, structure = SCALARS, STRUCTURE
     if schedule.specialize:
-        distinct = key and (Var("num_distinct_leaves"),
-                            add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
-                            Load("leaf_slot", (Var("slot"),)))
-        leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
-                                 add(Var("leaf_begin"), Var("slot")),
-                                 distinct[0] if distinct else Var("num_leaves"), {}, row_block,
-                                 distinct=distinct)
-        leaf_allocations, leaf_statements = leaf_pass.lower_states(
-            projections, Var("leaf_begin"), Var("num_leaves"))
-        body += [Comment("hoisted: every leaf at once" + (
-            f"; the products once per distinct `{key}`" if key else ""))]
-        body += leaf_allocations + leaf_statements
+        body += _hoisted_leaves(cell, leaf, key, projections, schedule.row_block)
         if key:
             scalars += ("num_distinct_leaves",)
             structure += ("leaf_distinct", "leaf_slot")
-
     available = {}
     if schedule.hoist:
-        recurrent = depends_on_children(internal.ops)
-        hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
-                                  Var("slot"), Var("leaf_begin"), {}, row_block)
-        hoisted = [v for v in range(len(internal.ops))
-                   if hoist_pass.is_packed(v) and not recurrent[v]]
-        if hoisted:
-            hoist_allocations, hoist_statements = hoist_pass.lower([], hoisted)
-            body += [Comment("hoisted: products that read no child state, every internal "
-                             "node at once")] + hoist_allocations + hoist_statements
-            available = {v: location[:3] + (Var("node"),) + location[4:]
-                         for v, location in hoist_pass.locations.items() if v in hoisted}
+        statements, available = _hoisted_products(cell, internal, schedule.row_block)
+        body += statements
     if schedule.specialize or available:
         body.append(Barrier("the batches read the hoisted values"))
+    statements, batch_scalars, batch_structure = _batches(cell, schedule, available,
+                                                          projections)
+    body += statements
+    return _kernel(cell, tuple(body), scalars + batch_scalars, structure + batch_structure,
+                   key)
 
+
+def _hoisted_leaves(cell, leaf, key, projections, row_block):
+    """Every leaf at once, before the batches; its products once per distinct value of `key`
+    where there is one."""
+    distinct = key and (Var("num_distinct_leaves"),
+                        add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
+                        Load("leaf_slot", (Var("slot"),)))
+    leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
+                             add(Var("leaf_begin"), Var("slot")),
+                             distinct[0] if distinct else Var("num_leaves"), {}, row_block,
+                             distinct=distinct)
+    allocations, statements = leaf_pass.lower_states(projections, Var("leaf_begin"),
+                                                     Var("num_leaves"))
+    return ([Comment("hoisted: every leaf at once" + (
+        f"; the products once per distinct `{key}`" if key else ""))]
+        + allocations + statements)
+
+
+def _hoisted_products(cell, internal, row_block):
+    """(statements, where each hoisted value lies for the batches): the products of the
+    internal case that read no child state, every internal node at once."""
+    recurrent = depends_on_children(internal.ops)
+    hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
+                              Var("slot"), Var("leaf_begin"), {}, row_block)
+    hoisted = [v for v in range(len(internal.ops))
+               if hoist_pass.is_packed(v) and not recurrent[v]]
+    if not hoisted:
+        return [], {}
+    allocations, statements = hoist_pass.lower([], hoisted)
+    available = {v: location[:3] + (Var("node"),) + location[4:]
+                 for v, location in hoist_pass.locations.items() if v in hoisted}
+    return ([Comment("hoisted: products that read no child state, every internal node at "
+                     "once")] + allocations + statements), available
+
+
+def _batches(cell, schedule, available, projections):
+    """(statements, scalars, structure arrays) of the loop over batches, from the leaves up,
+    and the scratch it allocates first."""
+    leaf, internal = cell.case("leaf"), cell.case("internal")
+    scalars, structure = (), ()
     if schedule.unroll > 1:
-        batch_allocations, batch_statements = unrolled_batch(cell, internal, available,
-                                                             projections, row_block)
+        allocations, statements = unrolled_batch(cell, internal, available, projections,
+                                                 schedule.row_block)
         structure += ("batch_item", "item_begin")
         scalars += ("max_children",)
     else:
         batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
                                   add(Var("begin"), Var("slot")), Var("max_batch_size"),
-                                  available, row_block, Var("max_batch_edges"))
-        batch_allocations, batch_statements = batch_pass.lower_states(
+                                  available, schedule.row_block, Var("max_batch_edges"))
+        allocations, statements = batch_pass.lower_states(
             projections, Var("begin"), Var("count"), last_batch_skips=True)
     first_batch = 2
     if not schedule.specialize:
         leaf_pass = PassLowering(cell, leaf, "leaf_", Var("count"), add(Var("begin"), Var("slot")),
-                                 Var("max_level_size"), {}, row_block)
+                                 Var("max_level_size"), {}, schedule.row_block)
         leaf_allocations, leaf_statements = leaf_pass.lower_states(
             projections, Var("begin"), Var("count"), last_batch_skips=True)
-        batch_allocations = leaf_allocations + batch_allocations
-        batch_statements = [If(BinOp(">=", Var("begin"), Var("leaf_begin")),
-                               tuple(leaf_statements), tuple(batch_statements))]
+        allocations = leaf_allocations + allocations
+        statements = [If(BinOp(">=", Var("begin"), Var("leaf_begin")),
+                         tuple(leaf_statements), tuple(statements))]
         scalars += ("max_level_size",)
         first_batch = 1
     batch_loop = Loop("b", BinOp("-", Var("num_batches"), Const(first_batch)), Const(-1), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),
          Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
-        + _then_unless_last_batch(batch_statements,
+        + _then_unless_last_batch(statements,
                                   Barrier("the next batch reads this batch's states"))),
         step=-1)
-    body += [Comment("the batches, from the leaves up" if schedule.specialize else
-                     "the batches, leaves included: one loop nest that branches on the "
-                     "batch's case (not specialized)")] + batch_allocations + [batch_loop]
+    comment = Comment("the batches, from the leaves up" if schedule.specialize else
+                      "the batches, leaves included: one loop nest that branches on the "
+                      "batch's case (not specialized)")
+    return [comment] + allocations + [batch_loop], scalars, structure
 
+
+def _kernel(cell, body, scalars, structure, key):
+    """The kernel of `body`: its arguments (the forest's scalars and structure arrays, the
+    fields, parameters and states the cell reads) and the transposed views it reads."""
+    states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
     fields = tuple(field_name(f) for f in sorted(cell.fields))
     params = tuple(param_name(p) for p in sorted(cell.parameters))
-    read = ({load.array for load in nodes(tuple(body), Load)}
+    read = ({load.array for load in nodes(body, Load)}
             | {product.weight for product in walk(body) if isinstance(product, MatMul)})
     views = {(param_name(op.attrs[0]), param_name(attribute(op.attrs[0])))
              for case in cell.cases for op in case.ops
              if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])}
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   structure + fields + params + tuple(name for name, _ in states), states,
-                  tuple(body), distinct_key=key,
+                  body, distinct_key=key,
                   transposed=tuple(sorted(view for view in views if view[0] in read)))
 
 

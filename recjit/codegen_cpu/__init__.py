@@ -26,9 +26,8 @@ def keep_large_blocks_in_the_heap():
     its mmap threshold (128 KiB at first) with fresh pages from the OS, returns them at
     `free`, and raises the threshold to the size of the largest such block freed, up to
     32 MiB. A kernel allocates its scratch and states at every run, so until the process has
-    freed a block that large, every run faults its pages in again: TreeFC on 10 perfect trees
-    at h256 faulted ~1300 pages a run and ran 4.2 ms against 2.3, LSTM on 10 sequences of 100
-    steps 13.9 against 7.6 (the benchmark hid it: its matmul roof frees such blocks first). A
+    freed a block that large, every run faults its pages in again, which nearly doubled a
+    run of ten perfect trees (the benchmark hid it: its matmul roof frees such blocks first). A
     process that has held one large array, as most that load embeddings have, is already in
     this state."""
     np.empty(30 << 20, dtype=np.uint8)  # under the 32 MiB cap with glibc's chunk header

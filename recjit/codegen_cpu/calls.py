@@ -3,12 +3,13 @@ kernel's machine code is loaded, not by linking the runtime into the kernel.
 
 A call from one numba function to another links the callee's LLVM IR into the caller's module
 and optimizes it there again, and numba compiles every prange region as a function of its own.
-TreeLSTM h256's kernel, whose regions call the products a dozen times, took 25 s to compile
-that way against 9 s calling them by symbol. Here each product is compiled once per dtype, for
-arrays of any layout (numba keeps it in its disk cache), and its machine code is registered
-under a symbol (`export`); the kernel declares that symbol and calls it with numba's calling
-convention. A kernel that numba loads from its cache is not typed again, so nothing in it
-registers the symbols: `CpuKernel` exports its dtype's before it loads the kernel."""
+A kernel whose regions call the products a dozen times (TreeLSTM's) took nearly three times
+as long to compile that way as calling them by symbol. Here each product is compiled once per
+dtype, for arrays of any layout (numba keeps it in its disk cache), and its machine code is
+registered under a symbol (`export`); the kernel declares that symbol and calls it with
+numba's calling convention. A kernel that numba loads from its cache is not typed again, so
+nothing in it registers the symbols: `CpuKernel` exports its dtype's before it loads the
+kernel."""
 import threading
 
 import llvmlite.binding as llvm

@@ -12,14 +12,13 @@ of its own, walked child by child with the element loop innermost:
     for edge in node's edges: sums_v9[k] = sums_v9[k] + term(k) for every k
     for k: v9 = sums_v9[k]; ... the rest of the element loop ...
 
-Each element adds the same terms in the same order as before. A run of 10 SST trees at h256,
-alternating processes, median ms: TreeGRU 1.53 → 1.07, SimpleTreeGRU 1.42-1.69 → 1.09,
-child-sum TreeLSTM 2.07 → 1.36; DAG-RNN on 10 grids 2.20-2.58 → 1.99. Inside a `prange`,
-numba hoists a fixed-size `np.empty` to one allocation per thread.
+Each element adds the same terms in the same order as before. Inside a `prange`, numba
+hoists a fixed-size `np.empty` to one allocation per thread. (The child-sum models gained a
+third of their time: benchmarks/README.md, "Measurements behind the code".)
 
 A child's own numbers (a score, `np.dot(p.a, h_k)`) go before the row's element loop, once a
 child; and a dot loop, the inner product of a sum over children, takes its sum from a row the
-same way. An attention cell at h256 on 10 SST trees: 3.0-3.3 → 0.52-0.54 ms."""
+same way."""
 from dataclasses import replace
 
 from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, Store, Var, add, nodes

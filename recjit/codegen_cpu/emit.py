@@ -149,8 +149,7 @@ def _statements(body, depth, lines, forward="True", batched=False):
 def _parallel_loop(loop, depth, lines, forward, batched):
     """A `prange`; in the batch loop, a plain `range` too, taken by batches of at most
     `SERIAL_ITEMS` items: waking the other threads costs more than packing or the elementwise
-    code of a few nodes (TreeLSTM h256 on SST, kernel: b1 0.176 against 0.198 ms, b10 1.44
-    against 1.46-1.55 ms; 2 and 8 items did worse). The products stay parallel."""
+    code of a few nodes (2 and 8 items did worse than 4). The products stay parallel."""
     pad, stop = "    " * depth, _bound(loop.stop)
     if not batched:
         lines.append(f"{pad}for {loop.var} in prange({stop}):")
@@ -168,8 +167,8 @@ def _products(products, pad, lines, forward):
     pairs of workers take and claim blocks of every weight's rows (`matmul_share`), each
     product with a counter and a start of its own (row `site` of `claimed` and
     `claim_starts`). In the batch loop the direction alternates with the batch,
-    so a worker starts on rows it read last, still in its L2 (TreeLSTM h256 b10: 1.36-1.38
-    against 1.41-1.44 ms in an A/B; one parallel region instead of one per product)."""
+    so a worker starts on rows it read last, still in its L2; and one parallel region runs
+    them all instead of one per product."""
     lines.append(f"{pad}for worker in prange(workers):")
     for product in products:
         weight, x, y = expression.matmul_operands(product)
@@ -217,8 +216,7 @@ def _column_walk(loop, depth, lines):
     packed side is transposed, and this order reads and writes each cache line once (16
     float32 rows of a packed column are one 64-byte line). The body's `var // columns` and
     `var % columns` are the walk's own row and column: numba's floor division and modulo of a
-    signed index cost more than the copy (MV-RNN h128 b10 kernel: 14.3-14.9 against
-    15.7-17.6 ms)."""
+    signed index cost more than the copy."""
     pad, columns, var = "    " * depth, loop.columns, loop.var
     first_row, end_row = loop.start.value // columns, loop.stop.value // columns
     row, column = Var(f"{var}_row"), Var(f"{var}_column")

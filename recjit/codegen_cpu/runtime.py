@@ -1,34 +1,29 @@
 """Hand-tuned building blocks that generated CPU kernels call.
 
 `matmul_rows` is every matrix-vector product of one weight in one pass. Nodes are the outer
-loop: a block's inputs stay in L1 while its weight rows stream from L2; with the rows outer, a
-640-node level re-read its inputs from L3 for every pair of rows (TreeFC h512 took 12 ms, now
-9). Each pass over the rows uses one register block (`dot_block`), chosen by
-measurement on the 2-core EPYC, one thread, 768×256 weight in 32-row slices:
-- 6 nodes × 2 weight rows: per 8 columns 2 weight and 6 input vectors for 12 multiply-adds;
-  72–80 GFLOP/s where 4×3 ran at 68–79 and 3×4 or 2×6 spill registers (33–44);
-- the last 1–5 nodes in one pass: 5×2 (71 GFLOP/s, where passes of 3 and 2 ran at 49),
-  4×2, 3×2, and 2×4 and 1×4, which read a weight row for fewer nodes and so take more rows
-  at once (2 nodes: 43 against 36 GFLOP/s for 2×2).
+loop: a block's inputs stay in L1 while its weight rows stream from L2 (with the rows outer, a
+large level re-read its inputs from L3 for every pair of rows). Each pass over the rows uses
+one register block (`dot_block`), chosen by measurement (benchmarks/README.md, "Measurements
+behind the code"):
+- 6 nodes × 2 weight rows: per 8 columns 2 weight and 6 input vectors for 12 multiply-adds,
+  where 4×3 ran slower and 3×4 or 2×6 spill registers;
+- the last 1–5 nodes in one pass: 5×2, 4×2, 3×2, and 2×4 and 1×4, which read a weight row
+  for fewer nodes and so take more rows at once.
 
 The blocks are LLVM vector IR (a numba intrinsic), not numba code. From a scalar dot product,
 LLVM vectorizes the k loop and then ends each of the block's accumulators with a horizontal
 sum of its own, six shuffles and adds per output, 72 for the 6×2 block. Here the accumulators
 are explicit vectors (8 float32 or 4 float64 lanes, one 32-byte AVX register) and one
-transposing tree sums eight of them together, seven merges of two shuffles and an add. One
-thread, 768×256 weight, n nodes: 72 against 68 GFLOP/s at n = 6, 77 against 72 at n = 12 and
-24; TreeLSTM h256 b10's kernel 1.43 against 1.47 ms in an A/B.
+transposing tree sums eight of them together, seven merges of two shuffles and an add.
 
 `matmul_share`, every product of the batch loop and of the hoisted leaves, multiplies through
 the weight's *panels* when the run packed them: the weight transposed once per run in panels
 of two vectors' worth of rows (`pack_share`), so that an outer-product block (`outer_block`)
 reads one panel row per column as two vectors, broadcasts each node's input, and keeps
-vectors of outputs that it stores as they are: no sums across lanes. One thread, 768×256:
-91–98 GFLOP/s from 4 nodes up against 62–77 for the dot blocks; TreeLSTM h256 b10's kernel on
-the bench's 20 SST batches 1.29 against 1.44 ms. Packing costs about one read and one write
-of every weight (TreeLSTM h256: about 25 µs), more than it saves below about 64 nodes
-(b1 0.177 against 0.165 ms), so small forests read the weights as they are
-(`Schedule.pack_from_nodes`)."""
+vectors of outputs that it stores as they are: no sums across lanes, about a quarter faster
+than the dot blocks from 4 nodes up. Packing costs about one read and one write of every
+weight, more than it saves below about 64 nodes, so small forests read the weights as they
+are (`Schedule.pack_from_nodes`)."""
 import numba
 import numpy as np
 from llvmlite import ir
@@ -276,10 +271,9 @@ def outer_block(nodes, vectors, splits=1):
     adjacent (`matmul_share` checks).
 
     The accumulators sum `OUTER_CHUNK` columns at a time and are then added to y: one running
-    sum over all 512 columns of a float32 DAG-RNN h512 product erred 3 times as much as the dot
-    blocks' eight lanes of partial sums (the benchmark's tolerance, 2e-4 + 2e-3 |y|, was
-    exceeded in 1 of 20 batches); in chunks of 64 the worst error is 0.47 of that tolerance
-    against the dot blocks' 0.38, for about 3% more time (the chunk's 12 additions to y).
+    sum over all 512 columns of a float32 product erred three times as much as the dot blocks'
+    eight lanes of partial sums, enough to exceed the benchmark's tolerance; in chunks of 64
+    the error is about the dot blocks', for little more time (the chunk's additions to y).
 
     `splits`: that many sets of accumulators, each taking every `splits`-th column of a chunk.
     A multiply-add waits 4 cycles for the one before it into the same accumulator, and two
@@ -454,9 +448,8 @@ def weight_panels(weight, pack):
 def row_panels(weight):
     """The panels of a weight whose rows are adjacent (a parameter read transposed, `pT_W`):
     the parameter's own rows, cut in two vectors' worth of columns, are panels as they lie, a
-    view with nothing to pack. A TreeRNN h256 cell written `h @ p.U` against `p.U @ h` on
-    the same weights stored the other way: one SST tree 0.186 against 0.180 ms, ten trees
-    0.70-0.73 against 0.68 (their panels' rows lie a parameter row apart, not adjacent)."""
+    view with nothing to pack (their panels' rows lie a parameter row apart, not adjacent,
+    which costs little)."""
     width = 2 * VECTOR_BYTES // weight.itemsize
     if weight.strides[0] != weight.itemsize:
         width = weight.shape[0] + 1  # no panels: the products read the rows as they are
@@ -492,9 +485,8 @@ PANEL_SPLITS = {1: 4, 2: 2, 3: 2}
 def _panel_pass(nodes):
     """y[s + i, r] for i < nodes and every row of panels [panel_begin, panel_end), a panel at
     a time. Passes of 1–3 nodes split their columns over 2–4 sets of accumulators
-    (`PANEL_SPLITS`), to have 8–12 in flight. One thread, 768×256 from L3, GFLOP/s for 1, 2,
-    3, 5 and 8 nodes: 32, 61, 81, 88, 82, against 29, 46, 66, 60, 74 with one set and 5 nodes
-    as 3 + 2; one node is bound by the panels' bandwidth, at 32–37 however it is split."""
+    (`PANEL_SPLITS`), to have 8–12 in flight, which made them faster than one set; one node is
+    bound by the panels' bandwidth however it is split."""
     block = outer_block(nodes, 2, PANEL_SPLITS.get(nodes, 1))
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
@@ -513,7 +505,7 @@ _panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 5, 4, 3, 2, 1)))
 def panel_rows(panels, x, y, rows, panel_begin, panel_end):
     """y[s, r] = Σ_k panels[r // width, k, r % width] · x[s, k] for s < rows and the rows r of
     panels [panel_begin, panel_end), with `matmul_rows`' choice of node passes: 6 nodes a
-    panel at a time is 12 accumulators, 97–98 GFLOP/s on one thread."""
+    panel at a time is 12 accumulators."""
     _panel_walk(panels, x, y, rows, panel_begin, panel_end)
 
 
@@ -550,10 +542,9 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
     its first 7/16 of them unasked, then claims the rest one at a time from a counter they
     share (`claimed[j]`: zero before a product, reset by the pair's last claim), so that when
     a neighbour on this shared host slows one core the other takes up to 9/16 of the blocks;
-    with fixed halves both waited for the slower, which in such spells took 25-35% longer
-    than the other over a forest (TreeLSTM h256's level products: 691-725 against 790-815 µs
-    a forest in those spells, 633-635 against 627-634 when quiet; claiming 1/4 of the blocks
-    cost 3% when quiet).
+    with fixed halves both waited for the slower, which in such spells took a quarter to a
+    third longer than the other over a forest (claiming more of the blocks cost time when
+    the host is quiet).
 
     The two walk a circle of the segment's blocks in opposite directions from `starts[j]`.
     Alternate batches (`forward`) reverse both walks and start them where the two met, so
@@ -561,8 +552,8 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
     whole panels go through `panel_rows`' walk (when the run packed any, and y's columns are
     adjacent), the others `matmul_rows`'. The walks are inlined, not called: a call to
     another cached runtime function could land in the copy of it that numba links into this
-    one and optimizes again, and that copy of `panel_rows` ran 45% slower (142 against 98 µs,
-    24 nodes × 768 rows), depending on which function a process happened to load first."""
+    one and optimizes again, and that copy of `panel_rows` ran about half as slow again,
+    depending on which function a process happened to load first."""
     num_rows = weight.shape[0]
     width = panels.shape[2]
     use_panels = panels.shape[0] > 0 and y.strides[1] == y.itemsize

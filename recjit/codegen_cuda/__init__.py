@@ -218,8 +218,8 @@ class CudaKernel:
 
     def parameters(self, params, dtype):
         """{kernel parameter: device array}. A numba device array (`Params.to_device()`) is
-        checked once and kept by identity: the checks cost 0.03 ms a run on an H100, a
-        tenth of a small forest's whole run. Host arrays are copied at every run. A scalar
+        checked once and kept by identity: the checks cost a tenth of a small forest's whole
+        run. Host arrays are copied at every run. A scalar
         goes to the kernel as a vector of one element."""
         arrays = {}
         for name, attribute in self.parameter_attributes:

@@ -95,9 +95,8 @@ class _States:
     """One layout of states packed into one device buffer, each state's rows after the one
     before's, then the roots' rows of each state (which the kernel gathers there), and pinned
     host memory as large. A run copies back the roots' rows alone, in one copy; a `Result`
-    borrows the buffer until it has read its nodes, which come back only if asked for
-    (H100: every node's states were 0.35 ms of TreeFC's 1.40 at 10 perfect trees, 0.54 of
-    MV-RNN's 1.87)."""
+    borrows the buffer until it has read its nodes, which come back only if asked for (see
+    `roots`)."""
 
     def __init__(self, rows, root_rows, columns, dtype):
         layout = (tuple((name, dtype, (rows, size)) for name, size in columns)

@@ -59,8 +59,8 @@ def require_device():
 
 def threads_per_block():
     """The default threads a block. On an H100, 512 (16 warps to hide the products' load
-    latency, at 128 registers a thread) ran batches of 10 SST trees 10-25% faster than 256,
-    and single trees as fast (benchmarks/README.md). Each simulated thread is a Python
+    latency, at 128 registers a thread) ran batches of trees faster than 256, and single
+    trees as fast (benchmarks/README.md). Each simulated thread is a Python
     thread: a warp's worth is plenty there."""
     return 32 if simulated() else MAX_THREADS
 
@@ -88,11 +88,11 @@ class CooperativeLaunch:
     """A fused kernel's cooperative launch, made through the driver's
     `cuLaunchCooperativeKernel` with parameters recjit lays out itself. numba-cuda's launch
     types every argument and flattens each device array into meminfo, parent, size,
-    itemsize, pointer, shape and strides in Python at every call (~0.1 ms for ~25
-    arguments), and `cuda.core`'s launch then converts each of ~150 values (0.05 ms; H100,
-    numba-cuda 0.30.4). A run's arrays are the same objects from run to run (buffers.py
-    keeps them), so the parameters of each set of arrays are laid out once in a C buffer
-    (`ParameterBuffer`); a launch writes the scalars into it and calls the driver.
+    itemsize, pointer, shape and strides in Python at every call, and `cuda.core`'s launch
+    then converts each of ~150 values (numba-cuda 0.30.4). A run's arrays are the same
+    objects from run to run (buffers.py keeps them), so the parameters of each set of arrays
+    are laid out once in a C buffer (`ParameterBuffer`); a launch writes the scalars into it
+    and calls the driver.
     Arguments of other types than the first launch's, and the simulator, go through
     numba's own launch."""
 
@@ -266,9 +266,9 @@ def device_array(shape, dtype):
 class Copies:
     """Copies between a pinned host buffer and a device buffer of as many bytes, through the
     driver (ctypes) on the launches' stream, both buffers' addresses and the stream looked up
-    once: `DeviceNDArray.copy_to_device` spends 0.1-0.15 ms checking and viewing its
-    arguments in Python, `copy_to_host` 0.03-0.1 ms, and numba's `driver.device_to_host`
-    converts both pointers through `cuda.core` at every call (H100, numba-cuda 0.30.4). In
+    once: `DeviceNDArray.copy_to_device` and `copy_to_host` spend much of a small run
+    checking and viewing their arguments in Python, and numba's `driver.device_to_host`
+    converts both pointers through `cuda.core` at every call (numba-cuda 0.30.4). In
     the simulator, or where numba-cuda's internals or libcuda are not as recjit knows them,
     numba copies."""
 

@@ -1,10 +1,10 @@
 """The roots' states gathered on the device, the last phase of a CUDA kernel.
 
-Most callers read a forest's roots only, but every node's states are what a kernel writes: at
-10 perfect trees, copying them all back was 0.35 ms of TreeFC's 1.40, and MV-RNN's 64×64 states
-0.54 ms of 1.87 (H100). So the kernel ends by gathering each root's rows of each state into
-`root_<state>`, in the forest's order of roots, and the host copies back those rows alone; a
-`Result` reads its nodes from the device only when asked for them (`buffers._States`)."""
+Most callers read a forest's roots only, but every node's states are what a kernel writes, and
+copying them all back was a quarter of a run of ten perfect trees. So the kernel ends by
+gathering each root's rows of each state into `root_<state>`, in the forest's order of roots,
+and the host copies back those rows alone; a `Result` reads its nodes from the device only
+when asked for them (`buffers._States`)."""
 from dataclasses import replace
 
 from ..lowering.ilir import Barrier, Const, Load, Loop, Store, Var

@@ -2,8 +2,9 @@
 ops run where their rows live), and the grid barriers that this makes block barriers.
 
 A batch of a refactored TreeLSTM is: the elementwise ops, a grid barrier, the products of the
-states just computed, a grid barrier, the next batch's elementwise ops. On an H100 a grid
-barrier costs ~1.7 us of a batch's ~8.4. The second one is there because a block's
+states just computed, a grid barrier, the next batch's elementwise ops. A grid barrier is a
+large part of a batch's time (benchmarks/README.md, "Measurements behind the code"). The
+second one is there because a block's
 elementwise ops at unit e read rows e, e + E and e + 2E of a product (the gates) that other
 blocks computed. Let the block that owns unit e compute those rows (`runtime.matmul_units`)
 and run the elementwise ops at e (`runtime.owned_units`), and it reads only what it computed:

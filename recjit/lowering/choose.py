@@ -9,12 +9,11 @@ from .refactor import refactor
 from .traffic import internal_positions
 
 
-# What refactoring trades on the GPU, fitted on an H100 (benchmarks/README.md, 2026-11-23,
-# the GPU ablation): TreeFC on perfect trees lost 0.028 ms refactored at one tree (7 internal
-# batches, 16.8 M multiply-adds more) and 0.43 ms at ten (168 M more), which is 2.4 us saved a
-# batch and 0.37 M multiply-adds a microsecond. Those two points are one model's, and models
-# on SST trees gained more from it than they say (TreeLSTM, ten trees: 0.09 ms): the forest
-# goes unrefactored only where the extra products cost MARGIN times what the batches save.
+# What refactoring trades on the GPU, fitted on an H100 to the GPU ablation of TreeFC on perfect
+# trees (benchmarks/README.md, "Measurements behind the code"): the time a batch's grid barrier
+# saves, and the multiply-adds a microsecond the extra products cost. Models on SST trees gained
+# more than these say, so a forest goes unrefactored only where the extra products cost MARGIN
+# times what the batches save.
 BATCH_SAVES_US = 2.4
 MULTIPLY_ADDS_PER_US = 0.37e6
 MARGIN = 3
@@ -37,8 +36,8 @@ def choose_schedule(cell, schedule, backend, kind, arity, barriers=None):
 
 def _refactoring_pays(cell, trade, backend, arity):
     """Refactor where it removes a barrier per batch and adds no multiply-adds. Where it adds
-    some: on the CPU, no (a barrier is a prange join and the multiply-adds dominate: measured
-    on the 2-core EPYC, h256, refactoring cost TreeLSTM 30%, TreeRNN 50%); on the GPU, a grid
+    some: on the CPU, no (a barrier is a prange join and the multiply-adds dominate:
+    refactoring cost TreeLSTM and TreeRNN a third or more of their time); on the GPU, a grid
     barrier costs microseconds and idle SMs, and the forest decides (None)."""
     if trade.barriers_saved <= 0:
         return False

@@ -1,8 +1,8 @@
 """Which products split their rows by hidden units and which barriers become a block's
 (`codegen_cuda/units.py`), on small ILIR kernels written by hand: no kernel is compiled."""
 from recjit.codegen_cuda.units import split_units
-from recjit.lowering.ilir import (Barrier, BinOp, Const, If, Kernel, Let, Load, Loop, MatMul,
-                                  Store, Var)
+from recjit.lowering.ilir import (Barrier, BinOp, Const, If, Kernel, Let, Load, Loop, LoopRole,
+                                  MatMul, Store, Var)
 
 UNITS = 4
 WEIGHTS = {"p_U": (3 * UNITS, UNITS), "p_V": (UNITS + 1, UNITS)}
@@ -12,9 +12,9 @@ def elementwise(array, column, written="state_0"):
     """A parallel loop over a batch's nodes storing `array[node, column]` at each element e."""
     element = Loop("e", Const(0), Const(UNITS), (
         Store(written, (Var("node"), Var("e")), Load(array, (Var("node"), column))),),
-        element=True)
+        LoopRole.ELEMENTS)
     return Loop("slot", Const(0), Var("count"), (Let("node", Var("slot")), element),
-                parallel=True)
+                LoopRole.NODES)
 
 
 def product(x="state_0", y="proj", weight="p_U"):
@@ -71,7 +71,7 @@ def test_inputs_rewritten_only_after_a_grid_barrier_need_a_block_barrier_only():
 def test_a_batch_loop_that_packs_again_in_its_next_batch_keeps_the_grid_barrier():
     batch = (elementwise("field_x", Var("e"), "packed"), Barrier("packed"),
              product(x="packed"), Barrier("products"), elementwise("proj", Var("e")))
-    loop = Loop("b", Var("count"), Const(-1), batch, step=-1)
+    loop = Loop("b", Var("count"), Const(-1), batch, LoopRole.BATCHES, step=-1)
     split = split_units(kernel(loop), WEIGHTS)
     assert block_barriers(split, loop.body) == []
 
@@ -82,6 +82,6 @@ def test_a_batch_loop_that_packs_again_only_after_the_grid_meets_needs_a_block_b
     batch = (elementwise("field_x", Var("e"), "packed"), Barrier("packed"),
              product(x="packed"), Barrier("products"), elementwise("proj", Var("e")),
              If(BinOp(">", Var("b"), Const(0)), (Barrier("states"),)))
-    loop = Loop("b", Var("count"), Const(-1), batch, step=-1)
+    loop = Loop("b", Var("count"), Const(-1), batch, LoopRole.BATCHES, step=-1)
     split = split_units(kernel(loop), WEIGHTS)
     assert block_barriers(split, loop.body) == [3]

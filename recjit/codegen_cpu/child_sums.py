@@ -21,7 +21,7 @@ child; and a dot loop, the inner product of a sum over children, takes its sum f
 same way."""
 from dataclasses import replace
 
-from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, Store, Var, add, nodes
+from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add, nodes
 
 
 def sums_first(loop):
@@ -58,7 +58,8 @@ def sums_first(loop):
                       _element_loop(loop, (Store(row, (position,), Const(0.0)),)),
                       Loop(statement.var, statement.start, statement.stop, (
                           terms[0], *once, _element_loop(loop, recomputed + each + (Store(
-                              row, (position,), BinOp("+", Load(row, (position,)), term)),))))]
+                              row, (position,), BinOp("+", Load(row, (position,)), term)),))),
+                           statement.role)]
             body[-1] = lets[total] = Let(total, Load(row, (position,)))
             continue
         body.append(statement)
@@ -130,4 +131,4 @@ def _sum_started_before(statements, index):
 
 
 def _element_loop(loop, body):
-    return Loop(loop.var, loop.start, loop.stop, body, element=True)
+    return Loop(loop.var, loop.start, loop.stop, body, LoopRole.ELEMENTS)

@@ -16,6 +16,7 @@ from ..lowering.ilir import (
     If,
     Let,
     Loop,
+    LoopRole,
     MatMul,
     Store,
     Var,
@@ -91,7 +92,6 @@ EXACT_FLAGS = '{"contract"}'
 
 ROW_TILE = 16
 SERIAL_ITEMS = 4
-BATCH_LOOP = "b"  # the lowering's name for the loop over batches
 expression = PythonExpressions(CALLS)
 _bound = expression.bound
 
@@ -117,8 +117,8 @@ def _statements(body, depth, lines, forward="True", batched=False):
             _parallel_loop(statement, depth, lines, forward, batched)
         elif isinstance(statement, Loop):
             lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
-            if statement.var == BATCH_LOOP:
-                _statements(statement.body, depth + 1, lines, f"{BATCH_LOOP} % 2 == 0", True)
+            if statement.role is LoopRole.BATCHES:  # a worker's rows alternate with the batch
+                _statements(statement.body, depth + 1, lines, f"{statement.var} % 2 == 0", True)
             else:
                 _statements(statement.body, depth + 1, lines, forward, batched)
         elif isinstance(statement, Let):

@@ -7,7 +7,7 @@ and the host copies back those rows alone; a `Result` reads its nodes from the d
 when asked for them (`buffers._States`)."""
 from dataclasses import replace
 
-from ..lowering.ilir import Barrier, Const, Load, Loop, Store, Var
+from ..lowering.ilir import Barrier, Const, Load, Loop, LoopRole, Store, Var
 
 
 def root_name(state):
@@ -27,8 +27,8 @@ def gather_roots(kernel):
             Loop("e", Const(0), Const(size), tuple(
                 Store(root_name(state), (Var("root"), Var("e")),
                       Load(state, (Load("root_node", (Var("root"),)), Var("e"))))
-                for state in states), element=True),),
-             parallel=True)
+                for state in states), LoopRole.ELEMENTS),),
+             LoopRole.ROOTS)
         for size, states in sizes.items())
     return replace(kernel, scalars=kernel.scalars + ("num_roots",),
                    arrays=(kernel.arrays + ("root_node",)

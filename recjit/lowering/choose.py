@@ -3,7 +3,7 @@ model and backend, and the checks that a schedule fits them."""
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
-from .ilir import Barrier, Loop
+from .ilir import Barrier, Loop, LoopRole
 from .lower import lower
 from .refactor import refactor
 from .traffic import internal_positions
@@ -98,7 +98,7 @@ def internal_barriers(kernel):
     """(statements, index) of each barrier one internal batch of the kernel's batch loop
     crosses."""
     for statement in kernel.body:
-        if isinstance(statement, Loop) and statement.var == "b":
+        if isinstance(statement, Loop) and statement.role is LoopRole.BATCHES:
             return [(statements, index) for statements, index
                     in internal_positions(statement.body)
                     if isinstance(statements[index], Barrier)]

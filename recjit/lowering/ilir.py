@@ -4,6 +4,7 @@ Indirect indices (`child_idx[child_ptr[node] + k]`, `batch_begin[b]`) are plain 
 uninterpreted functions of loop variables. Code generators translate these classes one to one,
 so generated source carries the same names as the printed ILIR."""
 from dataclasses import dataclass, fields, is_dataclass, replace
+from enum import Enum
 
 
 # expressions ----------------------------------------------------------------------------
@@ -54,30 +55,59 @@ class Store:
     value: object
 
 
+class LoopRole(Enum):
+    """What a loop runs over. The lowering says it, and each backend maps it to its own
+    parallelism: no backend finds a loop by its variable's name."""
+
+    BATCHES = "batches"  # the batches, from the leaves up (serial; a barrier between them)
+    NODES = "nodes"  # the nodes of a pass, or the rows its products read (parallel)
+    ITEMS = "items"  # an unrolled batch's items, each a subtree one worker computes (parallel)
+    ITEM_NODES = "item nodes"  # an item's nodes, one after another
+    WORKER_NODES = "worker nodes"  # a pass over one node inside an item (serial)
+    ELEMENTS = "elements"  # the elements of cell values (independent)
+    EDGES = "edges"  # a node's edges to its children (serial: sums accumulate)
+    DOT = "dot"  # the contraction index of a product computed in the node (serial)
+    ROOTS = "roots"  # the forest's roots, gathering their states (parallel)
+
+
+PARALLEL_ROLES = frozenset({LoopRole.NODES, LoopRole.ITEMS, LoopRole.ROOTS})
+
+
 @dataclass(frozen=True)
 class Loop:
-    """`for var in range(start, stop, step)`; a parallel loop runs from 0 with step 1.
+    """`for var in range(start, stop, step)` over what `role` says; a parallel loop runs from 0
+    with step 1.
 
-    An element loop (`element=True`) runs over the elements of cell values inside a parallel
-    loop; its iterations are independent. The CPU runs it in order (LLVM vectorizes it), the
-    GPU gives each element its own thread. `columns` > 0: the elements are those of a matrix
-    with that many columns (flat index = row · columns + column) whose packed copy is
+    An element loop (`LoopRole.ELEMENTS`) runs over the elements of cell values inside a
+    parallel loop; its iterations are independent. The CPU runs it in order (LLVM vectorizes
+    it), the GPU gives each element its own thread. `columns` > 0: the elements are those of a
+    matrix with that many columns (flat index = row · columns + column) whose packed copy is
     transposed, and the CPU walks it column by column, so that both sides stay in cache.
 
-    `one_worker=True` (a parallel loop): each item is a sequence of steps run by one worker, in
-    order (an unrolled recursion's item, node after node). The CPU gives an item to a thread;
-    the GPU to a block, whose threads share each step's element loops and products and
+    A loop over items (`LoopRole.ITEMS`): each item is a sequence of steps run by one worker,
+    in order (an unrolled recursion's item, node after node). The CPU gives an item to a
+    thread; the GPU to a block, whose threads share each step's element loops and products and
     synchronize between steps."""
 
     var: str
     start: object
     stop: object
     body: tuple
-    parallel: bool = False
+    role: LoopRole
     step: int = 1
-    element: bool = False
     columns: int = 0
-    one_worker: bool = False
+
+    @property
+    def parallel(self):
+        return self.role in PARALLEL_ROLES
+
+    @property
+    def element(self):
+        return self.role is LoopRole.ELEMENTS
+
+    @property
+    def one_worker(self):
+        return self.role is LoopRole.ITEMS
 
 
 @dataclass(frozen=True)

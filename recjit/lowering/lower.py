@@ -21,7 +21,7 @@ from dataclasses import replace
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import EACH, attribute, label
 from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Kernel, Let, Load,
-                   Loop, MatMul, Store, Var, add, mul, nodes, walk)
+                   Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
 from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
@@ -183,7 +183,7 @@ class ElementEmitter:
                                     add(mul(Var(k), columns), column),
                                     low * columns + column_position)
             self.statements.append(Loop(k, Const(low), Const(high), tuple(emitter.statements) + (
-                Let(total, BinOp("+", Var(total), BinOp("*", left, right))),)))
+                Let(total, BinOp("+", Var(total), BinOp("*", left, right))),), LoopRole.DOT))
         return Var(total)
 
 
@@ -191,7 +191,7 @@ def over_children(body):
     """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child."""
     node = Var("node")
     return Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
-                (Let("child", Load("child_idx", (Var("edge"),))),) + tuple(body))
+                (Let("child", Load("child_idx", (Var("edge"),))),) + tuple(body), LoopRole.EDGES)
 
 
 def _packed_index(slot, stride, row, columns, index):
@@ -354,7 +354,7 @@ class PassLowering:
             preamble += self.node_emitter.statements
         self.preamble, self.node_emitter = {}, None
         return Loop(variable, Const(0), count, tuple(lets) + tuple(preamble) + tuple(body),
-                    parallel=True)
+                    LoopRole.NODES)
 
     def lower(self, outputs, extra_matvecs=()):
         """Statements computing `outputs` ((value, array) pairs stored at [node, e]) and the
@@ -476,7 +476,7 @@ class PassLowering:
             emitter = ElementEmitter(self, self.node_emitter, "node")
             body = stores(emitter, low)
             loops.append(Loop(variable, Const(low), Const(high),
-                              tuple(emitter.statements) + tuple(body), element=True,
+                              tuple(emitter.statements) + tuple(body), LoopRole.ELEMENTS,
                               columns=columns))
         return loops
 
@@ -625,7 +625,7 @@ def _batches(cell, schedule, available, projections):
          Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
         + _then_unless_last_batch(statements,
                                   Barrier("the next batch reads this batch's states"))),
-        step=-1)
+        LoopRole.BATCHES, step=-1)
     comment = Comment("the batches, from the leaves up" if schedule.specialize else
                       "the batches, leaves included: one loop nest that branches on the "
                       "batch's case (not specialized)")
@@ -671,7 +671,7 @@ def unrolled_batch(cell, internal, available, projections, row_block):
         [Let("first_node", Load("item_begin", (item,))),
          Let("last_node", add(Load("item_begin", (add(item, 1),)), -1))] + allocations
         + [Loop("node", Var("last_node"), add(Var("first_node"), -1),
-                tuple(_one_worker(statements)), step=-1)]), parallel=True, one_worker=True)
+                tuple(_one_worker(statements)), LoopRole.ITEM_NODES, step=-1)]), LoopRole.ITEMS)
     return [], [Let("first_item", Load("batch_item", (Var("b"),))), item_loop]
 
 
@@ -681,8 +681,8 @@ def _one_worker(statements):
     result = []
     for statement in statements:
         if isinstance(statement, Loop):
-            result.append(replace(statement, parallel=False,
-                                  body=tuple(_one_worker(statement.body))))
+            role = LoopRole.WORKER_NODES if statement.role is LoopRole.NODES else statement.role
+            result.append(replace(statement, role=role, body=tuple(_one_worker(statement.body))))
         elif isinstance(statement, MatMul):
             result.append(replace(statement, parallel=False))
         elif isinstance(statement, Let) and statement.value == Var(statement.name):

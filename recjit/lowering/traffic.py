@@ -2,14 +2,14 @@
 `explain()`: the bytes of weights the batch's products stream (once per batch, whatever its
 size: what model persistence keeps on chip) and the bytes each node of the batch moves
 (states and children's states read and written, products' packed inputs and outputs)."""
-from .ilir import BinOp, Call, Const, If, Let, Load, Loop, MatMul, Store
+from .ilir import BinOp, Call, Const, If, Let, Load, Loop, LoopRole, MatMul, Store
 
 
 def batch_traffic(kernel, weight_shapes, itemsize):
     """(weight bytes per batch, bytes per node) of the kernel's internal batches;
     `weight_shapes` maps each weight argument to its shape."""
     batch_loop = next(statement for statement in kernel.body
-                      if isinstance(statement, Loop) and statement.var == "b")
+                      if isinstance(statement, Loop) and statement.role is LoopRole.BATCHES)
     counter = _Counter(weight_shapes)
     counter.visit(internal_path(batch_loop.body), 1)
     return counter.weights * itemsize, counter.per_node * itemsize

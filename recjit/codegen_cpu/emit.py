@@ -9,6 +9,7 @@ by column (`_column_walk`); sums over a node's children go first, each into a ro
 (`child_sums`)."""
 from ..lowering.ilir import (
     Alloc,
+    ArgumentRole,
     Barrier,
     BinOp,
     Comment,
@@ -23,7 +24,6 @@ from ..lowering.ilir import (
     substitute,
     walk,
 )
-from ..lowering.lower import param_name
 from ..lowering.pysource import PythonExpressions
 from .child_sums import sums_first
 
@@ -96,31 +96,47 @@ expression = PythonExpressions(CALLS)
 _bound = expression.bound
 
 
-def _statements(body, depth, lines, forward="True", batched=False):
-    """`forward`: the direction in which this code walks a weight's rows (see `_products`);
-    `batched`: inside the loop over batches (see `_parallel_loop`)."""
-    pad = "    " * depth
-    products = []
-    for statement in body:
-        if isinstance(statement, MatMul) and statement.parallel:
-            products.append(statement)
-            continue
+class KernelBody:
+    """The kernel's statements as lines, one ILIR statement to one line or block. `labels`:
+    {weight argument: what the generated names call it} (`W` of `p_W`); `products`: how many
+    `matmul_share` calls were written, the next one's row of `claimed`."""
+
+    def __init__(self, labels):
+        self.labels = labels
+        self.lines = []
+        self.products = 0
+
+    def statements(self, body, depth, forward="True", batched=False):
+        """`forward`: the direction in which this code walks a weight's rows (see
+        `shared_products`); `batched`: inside the loop over batches (see `parallel_loop`)."""
+        pad = "    " * depth
+        products = []
+        for statement in body:
+            if isinstance(statement, MatMul) and statement.parallel:
+                products.append(statement)
+                continue
+            if products:
+                self.shared_products(products, pad, forward)
+                products = []
+            self.statement(statement, depth, forward, batched)
         if products:
-            _products(products, pad, lines, forward)
-            products = []
+            self.shared_products(products, pad, forward)
+
+    def statement(self, statement, depth, forward, batched):
+        pad, lines = "    " * depth, self.lines
         rewritten = sums_first(statement) if isinstance(statement, Loop) else (statement,)
         if rewritten != (statement,):
-            _statements(rewritten, depth, lines, forward, batched)
+            self.statements(rewritten, depth, forward, batched)
         elif isinstance(statement, Loop) and statement.columns:
-            _column_walk(statement, depth, lines)
+            self.column_walk(statement, depth)
         elif isinstance(statement, Loop) and statement.parallel:
-            _parallel_loop(statement, depth, lines, forward, batched)
+            self.parallel_loop(statement, depth, forward, batched)
         elif isinstance(statement, Loop):
             lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
             if statement.role is LoopRole.BATCHES:  # a worker's rows alternate with the batch
-                _statements(statement.body, depth + 1, lines, f"{statement.var} % 2 == 0", True)
+                self.statements(statement.body, depth + 1, f"{statement.var} % 2 == 0", True)
             else:
-                _statements(statement.body, depth + 1, lines, forward, batched)
+                self.statements(statement.body, depth + 1, forward, batched)
         elif isinstance(statement, Let):
             lines.append(f"{pad}{statement.name} = {_bound(statement.value)}")
         elif isinstance(statement, Store):
@@ -130,8 +146,8 @@ def _statements(body, depth, lines, forward="True", batched=False):
             shape = ", ".join(_bound(e) for e in statement.shape)
             lines.append(f"{pad}{statement.name} = np.empty(({shape}), dtype=real)")
         elif isinstance(statement, If):
-            expression.branch(statement, pad, lines,
-                              lambda body: _statements(body, depth + 1, lines, forward, batched))
+            expression.branch(statement, pad, lines, lambda body: self.statements(
+                body, depth + 1, forward, batched))
         elif isinstance(statement, MatMul):
             weight, x, y = expression.matmul_operands(statement)
             lines.append(f"{pad}matmul_rows({weight}, {x}, {y}, {_bound(statement.rows)}, 0, "
@@ -142,63 +158,82 @@ def _statements(body, depth, lines, forward="True", batched=False):
             lines.append(f"{pad}# {statement.text}")
         else:
             raise TypeError(statement)
-    if products:
-        _products(products, pad, lines, forward)
+
+    def parallel_loop(self, loop, depth, forward, batched):
+        """A `prange`; in the batch loop, a plain `range` too, taken by batches of at most
+        `SERIAL_ITEMS` items: waking the other threads costs more than packing or the
+        elementwise code of a few nodes (2 and 8 items did worse than 4). The products stay
+        parallel."""
+        pad, stop = "    " * depth, _bound(loop.stop)
+        if not batched:
+            self.lines.append(f"{pad}for {loop.var} in prange({stop}):")
+            self.statements(loop.body, depth + 1, forward, batched)
+            return
+        self.lines += [f"{pad}if {stop} > {SERIAL_ITEMS}:",
+                       f"{pad}    for {loop.var} in prange({stop}):"]
+        self.statements(loop.body, depth + 2, forward, batched)
+        self.lines += [f"{pad}else:  # too few to wake the other threads for",
+                       f"{pad}    for {loop.var} in range({stop}):"]
+        self.statements(loop.body, depth + 2, forward, batched)
+
+    def shared_products(self, products, pad, forward):
+        """Consecutive products with no barrier between them, in one parallel loop over
+        workers: pairs of workers take and claim blocks of every weight's rows
+        (`matmul_share`), each product with a counter and a start of its own (row `site` of
+        `claimed` and `claim_starts`). In the batch loop the direction alternates with the
+        batch, so a worker starts on rows it read last, still in its L2; and one parallel
+        region runs them all instead of one per product."""
+        self.lines.append(f"{pad}for worker in prange(workers):")
+        for product in products:
+            weight, x, y = expression.matmul_operands(product)
+            site = self.products
+            self.products += 1
+            self.lines.append(
+                f"{pad}    matmul_share({weight}, {panels_name(product, self.labels)}, {x}, {y}, "
+                f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward}, "
+                f"claimed[{site}], claim_starts[{site}])")
+
+    def column_walk(self, loop, depth):
+        """An element loop over whole rows of a matrix, column by column in tiles of 16 rows:
+        the packed side is transposed, and this order reads and writes each cache line once
+        (16 float32 rows of a packed column are one 64-byte line). The body's `var // columns`
+        and `var % columns` are the walk's own row and column: numba's floor division and
+        modulo of a signed index cost more than the copy."""
+        pad, columns, var = "    " * depth, loop.columns, loop.var
+        first_row, end_row = loop.start.value // columns, loop.stop.value // columns
+        row, column = Var(f"{var}_row"), Var(f"{var}_column")
+        self.lines += [f"{pad}for {var}_tile in range({first_row}, {end_row}, {ROW_TILE}):",
+                       f"{pad}    for {column.name} in range({columns}):",
+                       (f"{pad}        for {row.name} in range({var}_tile, "
+                        f"min({var}_tile + {ROW_TILE}, {end_row})):"),
+                       f"{pad}            {var} = {row.name} * {columns} + {column.name}"]
+        whole = {BinOp("//", Var(var), Const(columns)): row,
+                 BinOp("%", Var(var), Const(columns)): column}
+        self.statements(substitute(loop.body, whole), depth + 3)
 
 
-def _parallel_loop(loop, depth, lines, forward, batched):
-    """A `prange`; in the batch loop, a plain `range` too, taken by batches of at most
-    `SERIAL_ITEMS` items: waking the other threads costs more than packing or the elementwise
-    code of a few nodes (2 and 8 items did worse than 4). The products stay parallel."""
-    pad, stop = "    " * depth, _bound(loop.stop)
-    if not batched:
-        lines.append(f"{pad}for {loop.var} in prange({stop}):")
-        _statements(loop.body, depth + 1, lines, forward, batched)
-        return
-    lines += [f"{pad}if {stop} > {SERIAL_ITEMS}:", f"{pad}    for {loop.var} in prange({stop}):"]
-    _statements(loop.body, depth + 2, lines, forward, batched)
-    lines += [f"{pad}else:  # too few to wake the other threads for",
-              f"{pad}    for {loop.var} in range({stop}):"]
-    _statements(loop.body, depth + 2, lines, forward, batched)
-
-
-def _products(products, pad, lines, forward):
-    """Consecutive products with no barrier between them, in one parallel loop over workers:
-    pairs of workers take and claim blocks of every weight's rows (`matmul_share`), each
-    product with a counter and a start of its own (row `site` of `claimed` and
-    `claim_starts`). In the batch loop the direction alternates with the batch,
-    so a worker starts on rows it read last, still in its L2; and one parallel region runs
-    them all instead of one per product."""
-    lines.append(f"{pad}for worker in prange(workers):")
-    for product in products:
-        weight, x, y = expression.matmul_operands(product)
-        site = _product_sites(lines)
-        lines.append(f"{pad}    matmul_share({weight}, {_panels_name(product)}, {x}, {y}, "
-                     f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward}, "
-                     f"claimed[{site}], claim_starts[{site}])")
-
-
-def _panels_name(product):
-    name = f"panels_{product.weight.removeprefix(param_name(''))}"
+def panels_name(product, labels):
+    """The panels of a product's weight (of its block of columns, when it has one)."""
+    name = f"panels_{labels.get(product.weight, product.weight)}"
     return name if product.columns is None else f"{name}_{product.columns[0]}_{product.columns[1]}"
 
 
-def _weight_panels(kernel, pack_from_nodes, lines):
-    """Each weight of a `matmul_share` product (a column block of it, for a refactored one)
-    transposed into panels for the outer-product blocks, once a run, each worker packing the
-    panels of its own rows; forests of fewer than `pack_from_nodes` nodes skip it (see
+def weight_panels(kernel, pack_from_nodes, labels):
+    """Lines packing each weight of a `matmul_share` product (a column block of it, for a
+    refactored one) into panels for the outer-product blocks, once a run, each worker packing
+    the panels of its own rows; forests of fewer than `pack_from_nodes` nodes skip it (see
     `runtime`)."""
     weights = {}
     for product in walk(kernel.body):
         if isinstance(product, MatMul) and product.parallel:
-            weights.setdefault(_panels_name(product), product)
+            weights.setdefault(panels_name(product, labels), product)
     if not weights:
-        return
+        return []
     views = {view for view, _ in kernel.transposed}
-    lines += [f"    # the weights transposed into panels for the outer-product blocks, when "
-              f"the forest has {pack_from_nodes} nodes or more"
-              + ("; those read transposed are panels as they lie, always" if views else ""),
-              f"    pack = num_nodes >= {pack_from_nodes}"]
+    lines = [f"    # the weights transposed into panels for the outer-product blocks, when "
+             f"the forest has {pack_from_nodes} nodes or more"
+             + ("; those read transposed are panels as they lie, always" if views else ""),
+             f"    pack = num_nodes >= {pack_from_nodes}"]
     lines += [f"    {name} = row_panels({expression.matmul_operands(product)[0]})"
               if product.weight in views else
               f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
@@ -209,25 +244,7 @@ def _weight_panels(kernel, pack_from_nodes, lines):
         lines += [f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
                   f"{product.row_block}, worker, workers)" for name, product in packed.items()]
         lines.append("    # barrier: the products read the panels")
-
-
-def _column_walk(loop, depth, lines):
-    """An element loop over whole rows of a matrix, column by column in tiles of 16 rows: the
-    packed side is transposed, and this order reads and writes each cache line once (16
-    float32 rows of a packed column are one 64-byte line). The body's `var // columns` and
-    `var % columns` are the walk's own row and column: numba's floor division and modulo of a
-    signed index cost more than the copy."""
-    pad, columns, var = "    " * depth, loop.columns, loop.var
-    first_row, end_row = loop.start.value // columns, loop.stop.value // columns
-    row, column = Var(f"{var}_row"), Var(f"{var}_column")
-    lines += [f"{pad}for {var}_tile in range({first_row}, {end_row}, {ROW_TILE}):",
-              f"{pad}    for {column.name} in range({columns}):",
-              (f"{pad}        for {row.name} in range({var}_tile, "
-               f"min({var}_tile + {ROW_TILE}, {end_row})):"),
-              f"{pad}            {var} = {row.name} * {columns} + {column.name}"]
-    whole = {BinOp("//", Var(var), Const(columns)): row,
-             BinOp("%", Var(var), Const(columns)): column}
-    _statements(substitute(loop.body, whole), depth + 3, lines)
+    return lines
 
 
 def emit_source(kernel, fast_math, pack_from_nodes, header):
@@ -236,6 +253,7 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     numba from caching it)."""
     panels = "row_panels, weight_panels" if kernel.transposed else "weight_panels"
     flags = FAST_FLAGS if fast_math else EXACT_FLAGS
+    labels = {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
              "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
              f"                                      {panels})", "",
@@ -244,17 +262,11 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
     lines += [f"    {view} = {array}.T  # read transposed where it lies"
               for view, array in kernel.transposed]
-    _weight_panels(kernel, pack_from_nodes, lines)
-    body = []
-    _statements(kernel.body, 1, body)
-    sites = _product_sites(body)
-    if sites:
+    lines += weight_panels(kernel, pack_from_nodes, labels)
+    body = KernelBody(labels)
+    body.statements(kernel.body, 1)
+    if body.products:
         lines += ["    # each parallel product's block counters and the blocks its walks start from",
-                  f"    claimed = np.zeros(({sites}, workers), dtype=np.int64)",
-                  f"    claim_starts = np.zeros(({sites}, workers), dtype=np.int64)"]
-    return "\n".join(lines + body) + "\n"
-
-
-def _product_sites(lines):
-    """How many `matmul_share` calls these lines hold: the next one's row of `claimed`."""
-    return sum(line.count("matmul_share(") for line in lines)
+                  f"    claimed = np.zeros(({body.products}, workers), dtype=np.int64)",
+                  f"    claim_starts = np.zeros(({body.products}, workers), dtype=np.int64)"]
+    return "\n".join(lines + body.lines) + "\n"

@@ -21,8 +21,8 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Let, Load, Loop,
-                             MatMul, Store, Var)
+from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If, Let,
+                             Load, Loop, MatMul, Store, Var)
 from ..lowering.pysource import PythonExpressions
 from .packs import NO_PACKS, PACKED_ROW, TILE, TILE_COLUMN
 from .ranges import NO_RANGES
@@ -59,11 +59,14 @@ class Emitter:
     fused kernel's blocks split (a `units.UnitSplit`, empty where they split none); `packs`:
     the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`);
     `ranges`: the statements of a batch whose nodes the blocks split in ranges too
-    (`ranges.NodeRanges`)."""
+    (`ranges.NodeRanges`); `labels`: {weight argument: what the generated names call it}
+    (`W` for `p_W`)."""
 
     def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset(), packs=NO_PACKS,
-                 tile_nodes=0, ranges=NO_RANGES):
+                 tile_nodes=0, ranges=NO_RANGES, labels=None):
         self.lines = []
+        self.labels = labels or {}
+        self.runtime = set()  # the runtime functions the lines call, for the imports
         self.persistent = persistent
         self.split = split
         self.row_groups = row_groups
@@ -112,9 +115,9 @@ class Emitter:
         elif isinstance(statement, MatMul) and id(statement) in self.packs.products:
             self.packed_product(statement, self.packs.products[id(statement)], depth)
         elif isinstance(statement, MatMul):
-            call = matmul_call(statement, self.persistent, self.split, self.row_groups,
-                               self.ranges.products.get(id(statement)))
-            self.lines.append(f"{pad}turn = {call}")
+            kind, operand, share = self.share(statement)
+            self.runtime.add(f"matmul_{kind}")
+            self.lines.append(f"{pad}turn = {matmul_call(statement, kind, operand, share)}")
         elif isinstance(statement, Barrier):
             self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
         elif isinstance(statement, Comment):
@@ -135,6 +138,7 @@ class Emitter:
                            f"{pad}    {element} = unit_begin + item % units"]
         elif self.split.loop_units(loop):
             items = f"range(cuda.threadIdx.x, {count} * units, cuda.blockDim.x)"
+            self.runtime.add("owned_units")
             self.lines += [f"{pad}unit_begin, units = owned_units({extent})",
                            f"{pad}for item in {items}:",
                            f"{pad}    {loop.var} = item // units",
@@ -151,6 +155,7 @@ class Emitter:
         """After a ranged batch's node count: its ranges, and this block's units and nodes
         of it (`runtime.node_ranges`, `runtime.range_share`)."""
         share = f"range_share({self.ranges.units}, {count}, ranges)"
+        self.runtime.update(("node_ranges", "range_share"))
         self.lines += [f"{pad}# the ranges of this batch's nodes, and this block's share of it",
                        f"{pad}ranges = node_ranges({count}, {self.ranges.balance})",
                        f"{pad}unit_begin, units, first_node, nodes = {share}"]
@@ -161,10 +166,9 @@ class Emitter:
         a block barrier between, not the grid's (`packs.py`)."""
         pad = "    " * depth
         columns = pack.columns
-        ranged = self.ranges.products.get(id(product))
-        kind, operand, share = product_share(product, self.persistent, self.split,
-                                             self.row_groups, ranged)
+        kind, operand, share = self.share(product)
         capacity = self.tile_nodes
+        self.runtime.update((f"{kind}_plan", "multiply_tile", "tile_span"))
         plan = f"{kind}_plan({', '.join(share)})"
         items = f"range(cuda.threadIdx.x, tile_rows * {columns}, cuda.blockDim.x)"
         multiply = (f"multiply_tile({operand}, weight_rows, y_rows, held, {TILE}, tile_rows, "
@@ -226,7 +230,7 @@ class Emitter:
         pad = "    " * depth
         packs = [self.packs.products[id(product)] for product in products]
         columns, capacity = packs[0].columns, self.tile_nodes
-        names = [product.weight.removeprefix("p_") for product in products]
+        names = [self.labels.get(product.weight, product.weight) for product in products]
         if len(set(names)) < len(names):
             names = [str(position) for position in range(len(products))]
         firsts = ["0"] + [" + ".join(f"rows_{name}" for name in names[:end])
@@ -235,9 +239,10 @@ class Emitter:
         self.lines.append(f"{pad}# each block packs its nodes' inputs of "
                           f"{', '.join(product.x for product in products)} in {TILE} itself, "
                           "in the same tiles")
-        shares = [product_share(product, self.persistent, self.split, self.row_groups,
-                                self.ranges.products.get(id(product))) for product in products]
+        shares = [self.share(product) for product in products]
+        self.runtime.update(("multiply_tile", "tile_part", "tile_span"))
         for (kind, _, share), name in zip(shares, names):
+            self.runtime.add(f"{kind}_plan")
             self.lines += [
                 (f"{pad}weight_rows_{name}, y_rows_{name}, held_{name}, first_input_{name}, "
                  f"inputs_{name} = {kind}_plan({', '.join(share)})"),
@@ -270,6 +275,14 @@ class Emitter:
                  f"held_{name}, {TILE}[part_row:], part_rows, {columns}, "
                  f"{product.y}[first_input_{name} + part_first:], turn)")]
         self.lines.append(f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one")
+
+    def share(self, product):
+        """`product_share` of a product of this kernel, its runtime calls noted."""
+        kind, operand, share = product_share(product, self.persistent, self.split,
+                                             self.row_groups, self.ranges.products.get(id(product)))
+        if kind == "rows" and share[0] != "0":
+            self.runtime.add("first_row")
+        return kind, operand, share
 
     def block_per_item(self, loop, depth):
         """A block-stride loop over the items, each run by the whole block."""
@@ -367,11 +380,10 @@ def product_share(product, persistent, split, row_groups, ranged=None):
     return "rows", operand, [f"first_row({rows})" if sliced else "0", rows, count]
 
 
-def matmul_call(product, persistent, split, row_groups, ranged=None):
-    """`matmul_rows`, `matmul_units`, `matmul_range` or `matmul_row_groups`
-    (`product_share`), staging the inputs through `TILE`; it returns the warp whose turn it
-    is next (`runtime.multiply`)."""
-    kind, operand, share = product_share(product, persistent, split, row_groups, ranged)
+def matmul_call(product, kind, operand, share):
+    """`matmul_rows`, `matmul_units`, `matmul_range` or `matmul_row_groups` as
+    `product_share` said (`kind`, `operand`, `share`), staging the inputs through `TILE`; it
+    returns the warp whose turn it is next (`runtime.multiply`)."""
     _, x, y = expression.matmul_operands(product)
     *before, count = share
     return (f"matmul_{kind}({operand}, {', '.join(before)}, {x}, {y}, {count}, {TILE}, "
@@ -454,6 +466,12 @@ def batch_weights(kernel):
     return weights
 
 
+def weight_labels(kernel):
+    """{parameter argument: its attribute}: `p_W` is `W` in the names generated for it (a view
+    read transposed, `pT_W`, keeps its own)."""
+    return {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}
+
+
 def _module_header(kernel, header, runtime_names):
     """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
     if has_items_per_block(kernel.body):
@@ -502,16 +520,19 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
     if persistent:
         body.append("    # model persistence: each block keeps its rows of the weights "
                     "multiplied in every batch")
-        for weight, (rows, columns) in persistent.items():
-            body.append(f"    shared_{weight} = cuda.shared.array(({rows}, {columns}), real)")
-            body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
-                        if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
+    loads = {"load_unit_rows" if weight in split.weights else "load_rows"
+             for weight in persistent}
+    for weight, (rows, columns) in persistent.items():
+        body.append(f"    shared_{weight} = cuda.shared.array(({rows}, {columns}), real)")
+        body.append(f"    load_unit_rows({weight}, {split.weights[weight]}, shared_{weight})"
+                    if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
+    if persistent:
         body.append("    cuda.syncthreads()")
     emitter = Emitter(persistent, split, plan.row_groups, packs, tile[0] if tile else 0,
-                      plan.ranges)
+                      plan.ranges, weight_labels(kernel))
     emitter.statements(kernel.body, 1)
     body += emitter.lines
-    called = [name for name in RUNTIME_CALLS if any(f"{name}(" in line for line in body)]
+    called = [name for name in RUNTIME_CALLS if name in emitter.runtime | loads]
     return "\n".join(_module_header(kernel, header, called) + [
         _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):"]
         + body + ["", ""] + emit_scratch_shapes(kernel, scratch)) + "\n"

@@ -107,7 +107,7 @@ def block_packs(kernel, split, tile_columns):
             for body, index in barrier_positions(kernel.body)):
         return NO_PACKS, split
     if not all(packed_split.grid_met_before(body, index)
-               and all(array in split.states or not packed_split.written_later(body, index, array)
+               and all(array in split.unchanging or not packed_split.written_later(body, index, array)
                        for array in {load.array for load in loads(body[index])})
                for body, index, _ in found):
         return NO_PACKS, split

@@ -7,7 +7,17 @@ and the host copies back those rows alone; a `Result` reads its nodes from the d
 when asked for them (`buffers._States`)."""
 from dataclasses import replace
 
-from ..lowering.ilir import Barrier, Const, Load, Loop, LoopRole, Store, Var
+from ..lowering.ilir import (
+    Argument,
+    ArgumentRole,
+    Barrier,
+    Const,
+    Load,
+    Loop,
+    LoopRole,
+    Store,
+    Var,
+)
 
 
 def root_name(state):
@@ -30,8 +40,10 @@ def gather_roots(kernel):
                 for state in states), LoopRole.ELEMENTS),),
              LoopRole.ROOTS)
         for size, states in sizes.items())
+    roles = (Argument("root_node", ArgumentRole.STRUCTURE),) + tuple(
+        Argument(root_name(state), ArgumentRole.STATE) for state, _ in kernel.states)
     return replace(kernel, scalars=kernel.scalars + ("num_roots",),
-                   arrays=(kernel.arrays + ("root_node",)
-                           + tuple(root_name(state) for state, _ in kernel.states)),
+                   arrays=kernel.arrays + tuple(argument.name for argument in roles),
+                   roles=kernel.roles + roles,
                    body=kernel.body + (Barrier("the roots read the last batches' states"),)
                    + gathers)

@@ -25,8 +25,8 @@ any path from the barrier to the next that is surely the grid's (TreeGRU's packe
 rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field
 
-from ..lowering.ilir import (Alloc, Barrier, BinOp, Comment, Const, If, Let, Load, Loop, MatMul,
-                             Store, Var, add, nodes, walk)
+from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, If, Let, Load,
+                             Loop, MatMul, Store, Var, add, nodes, walk)
 
 
 def element_extent(body):
@@ -46,13 +46,14 @@ def element_extent(body):
 @dataclass(frozen=True)
 class UnitSplit:
     """`arrays`: {unit-split array: its units}; `weights`: {weight: units} for the weights
-    whose products write them; `states`: the kernel's state arrays; `kernel_body`: its
+    whose products write them; `unchanging`: the kernel's states (written once, a node's) and
+    fields (never written), which no block overwrites while another reads; `kernel_body`: its
     statements; `parents`: {id of a loop's or branch's statements: (the statements holding
     that loop or branch, its index there)}. Empty: no split."""
 
     arrays: dict = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
-    states: frozenset = frozenset()
+    unchanging: frozenset = frozenset()
     kernel_body: tuple = ()
     parents: dict = field(default_factory=dict)
     block_only: frozenset = frozenset()  # ids of barriers a block's alone (`packs.py`)
@@ -68,7 +69,7 @@ class UnitSplit:
         products = self._products_before(body, index)
         return bool(products) and all(
             product.y in self.arrays and product.parallel
-            and (product.x in self.states or product.x.startswith("field_")
+            and (product.x in self.unchanging
                  or not self.written_later(body, index, product.x))
             for product in products)
 
@@ -192,13 +193,18 @@ class UnitSplit:
 NO_SPLIT = UnitSplit()
 
 
+def _unchanging(kernel):
+    return frozenset(name for name, _ in kernel.states) | set(
+        kernel.arrays_of(ArgumentRole.FIELD))
+
+
 def split_units(kernel, weight_shapes, enabled=True):
     """The unit-split arrays of a fused kernel, for `weight_shapes` {weight: (rows, columns)};
     none unless `enabled` (`Schedule(split_units=False)`), the kernel's statements known
     still, for the barriers' reasoning (`packs.py`)."""
     if not enabled:
-        return UnitSplit(states=frozenset(name for name, _ in kernel.states),
-                         kernel_body=kernel.body, parents=_parents(kernel.body))
+        return UnitSplit(unchanging=_unchanging(kernel), kernel_body=kernel.body,
+                         parents=_parents(kernel.body))
     reads, writes = {}, {}
     _accesses(kernel.body, reads, writes, None)
     arrays = {}
@@ -221,7 +227,7 @@ def split_units(kernel, weight_shapes, enabled=True):
                 for y in outputs:
                     mixed = arrays.pop(y, None) is not None or mixed
     weights = {product.weight: arrays[product.y] for product in products if product.y in arrays}
-    return UnitSplit(arrays, weights, frozenset(name for name, _ in kernel.states), kernel.body,
+    return UnitSplit(arrays, weights, _unchanging(kernel), kernel.body,
                      _parents(kernel.body))
 
 

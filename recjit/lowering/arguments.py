@@ -4,6 +4,7 @@ import numpy as np
 
 from ..frontend.cell_ir import transposed
 from ..linearize import distinct
+from .ilir import ArgumentRole
 from .lower import field_name, param_name
 
 
@@ -44,8 +45,7 @@ def forest_arguments(kernel, linearized):
 
 def kernel_parameters(kernel):
     """(argument, attribute) for each parameter the kernel takes: argument `p_W` is `p.W`."""
-    prefix = param_name("")
-    return [(name, name[len(prefix):]) for name in kernel.arrays if name.startswith(prefix)]
+    return [(name, kernel.source(name)) for name in kernel.arrays_of(ArgumentRole.PARAMETER)]
 
 
 def weight_shapes(shapes):

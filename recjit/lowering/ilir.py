@@ -154,6 +154,26 @@ class Comment:
     text: str
 
 
+class ArgumentRole(Enum):
+    """What a kernel's array argument holds. The lowering says it, so that no stage tells a
+    parameter from a field by the prefix of its name."""
+
+    STRUCTURE = "structure"  # the linearized forest: batches, children, items, roots
+    FIELD = "field"  # a field of the forest, a row per node
+    PARAMETER = "parameter"  # a parameter the cell reads
+    STATE = "state"  # a state the kernel writes, a row per node (or per root, gathered)
+
+
+@dataclass(frozen=True)
+class Argument:
+    """An array argument of a kernel, its role, and what it stands for: the parameter's
+    attribute (`W` of `p_W`) or the field's name (`word` of `field_word`)."""
+
+    name: str
+    role: ArgumentRole
+    source: str = None
+
+
 @dataclass(frozen=True)
 class Kernel:
     """One fused kernel: scalar and array arguments, then the statements."""
@@ -166,6 +186,16 @@ class Kernel:
     body: tuple
     distinct_key: str = None  # the field of `leaf_distinct`/`leaf_slot`, when the kernel reads them
     transposed: tuple = ()    # (view, argument): `pT_W` is `p_W.T`, bound before anything runs
+    roles: tuple = ()         # an `Argument` for each of `arrays`
+
+    def arrays_of(self, *roles):
+        """The array arguments of these roles, in the order of `arrays`."""
+        return tuple(argument.name for argument in self.roles if argument.role in roles)
+
+    def source(self, name):
+        """What array argument `name` stands for (`W` of `p_W`), or None."""
+        return next((argument.source for argument in self.roles if argument.name == name),
+                    None)
 
 
 def add(left, right):

@@ -20,8 +20,8 @@ from dataclasses import replace
 
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import EACH, attribute, label
-from .ilir import (Alloc, Barrier, BinOp, Call, Comment, Const, If, Kernel, Let, Load,
-                   Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
+from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If,
+                   Kernel, Let, Load, Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
 from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
@@ -636,17 +636,20 @@ def _kernel(cell, body, scalars, structure, key):
     """The kernel of `body`: its arguments (the forest's scalars and structure arrays, the
     fields, parameters and states the cell reads) and the transposed views it reads."""
     states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
-    fields = tuple(field_name(f) for f in sorted(cell.fields))
-    params = tuple(param_name(p) for p in sorted(cell.parameters))
+    roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
+             + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
+             + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
+                     for p in sorted(cell.parameters))
+             + tuple(Argument(name, ArgumentRole.STATE) for name, _ in states))
     read = ({load.array for load in nodes(body, Load)}
             | {product.weight for product in walk(body) if isinstance(product, MatMul)})
     views = {(param_name(op.attrs[0]), param_name(attribute(op.attrs[0])))
              for case in cell.cases for op in case.ops
              if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])}
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
-                  structure + fields + params + tuple(name for name, _ in states), states,
-                  body, distinct_key=key,
-                  transposed=tuple(sorted(view for view in views if view[0] in read)))
+                  tuple(argument.name for argument in roles), states, body, distinct_key=key,
+                  transposed=tuple(sorted(view for view in views if view[0] in read)),
+                  roles=roles)
 
 
 def _then_unless_last_batch(statements, barrier):

@@ -2,7 +2,7 @@
 `explain()`: the bytes of weights the batch's products stream (once per batch, whatever its
 size: what model persistence keeps on chip) and the bytes each node of the batch moves
 (states and children's states read and written, products' packed inputs and outputs)."""
-from .ilir import BinOp, Call, Const, If, Let, Load, Loop, LoopRole, MatMul, Store
+from .ilir import ArgumentRole, BinOp, Call, Const, If, Let, Load, Loop, LoopRole, MatMul, Store
 
 
 def batch_traffic(kernel, weight_shapes, itemsize):
@@ -10,7 +10,7 @@ def batch_traffic(kernel, weight_shapes, itemsize):
     `weight_shapes` maps each weight argument to its shape."""
     batch_loop = next(statement for statement in kernel.body
                       if isinstance(statement, Loop) and statement.role is LoopRole.BATCHES)
-    counter = _Counter(weight_shapes)
+    counter = _Counter(weight_shapes, set(kernel.arrays_of(ArgumentRole.PARAMETER)))
     counter.visit(internal_path(batch_loop.body), 1)
     return counter.weights * itemsize, counter.per_node * itemsize
 
@@ -34,8 +34,9 @@ def internal_positions(body):
 
 
 class _Counter:
-    def __init__(self, weight_shapes):
+    def __init__(self, weight_shapes, parameters):
         self.weight_shapes = weight_shapes
+        self.parameters = parameters  # the weights' arguments, whose loads are no node's
         self.weights = 0
         self.per_node = 0
 
@@ -53,7 +54,7 @@ class _Counter:
                 self.expression(statement.value, repeat)
 
     def expression(self, node, repeat):
-        if isinstance(node, Load) and not node.array.startswith("p_"):
+        if isinstance(node, Load) and node.array not in self.parameters:
             self.per_node += repeat
         elif isinstance(node, BinOp):
             self.expression(node.left, repeat)

@@ -18,9 +18,9 @@ from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
 from .source import read_source
-from .syntax import cell_arguments, is_none_test, positional_arguments
+from .syntax import (MAX_INLINE_DEPTH, bind_helper_call, cell_arguments, is_none_test,
+                     positional_arguments)
 
-MAX_INLINE_DEPTH = 20
 MAX_UNROLLED = 4096  # the most steps of a loop the frontend unrolls
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
 PYTHON_OPERATORS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
@@ -1004,37 +1004,10 @@ class Interpreter:
         if self.depth >= MAX_INLINE_DEPTH:
             raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
         source = read_source(function)
-        signature = source.tree.args
-        helper = _helper_name(function, source)
-        if signature.vararg or signature.kwarg:
-            raise self.unsupported(f"helper {helper} takes *args or **kwargs, which the cell "
-                                   "language does not (a decorator's wrapper usually does: "
-                                   "give the wrapper the arguments it passes on)", node)
-        positional = positional_arguments(signature)
-        names = positional + [a.arg for a in signature.kwonlyargs]
         if inspect.ismethod(function):  # `obj.method(h)`: its first argument is obj
             arguments = [self.method_object(function), *arguments]
-        if len(arguments) > len(positional):
-            raise self.unsupported(f"helper {helper} is called with more arguments than it "
-                                   "takes", node)
-        env = dict(zip(positional, arguments))
-        defaults, keyword_defaults = self.defaults(function, node)
-        for name, default in zip(positional[len(positional) - len(defaults):], defaults):
-            env.setdefault(name, default)
-        for name, default in keyword_defaults.items():
-            env.setdefault(name, default)
-        unknown = set(keywords) & {a.arg for a in signature.posonlyargs}
-        if unknown:
-            raise self.unsupported(f"helper {helper} takes {min(unknown)!r} by position only",
-                                   node)
-        for name, value in keywords.items():
-            if name not in names:
-                raise self.unsupported(f"helper {function.__name__} has no argument {name!r}",
-                                       node)
-            env[name] = value
-        missing = [name for name in names if name not in env]
-        if missing:
-            raise self.unsupported(f"helper {helper} is missing arguments {missing}", node)
+        env = bind_helper_call(function, source, arguments, keywords,
+                               self.defaults(function, node), self.source.where(node))
         return self.builder.call(source, env, self.depth + 1)
 
     def method_object(self, method):
@@ -1110,15 +1083,6 @@ def _names(target):
 
 def _is_number(value):
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-
-
-def _helper_name(function, source):
-    """How an error names a helper: by its name, and where a decorator's wrapper (whose name
-    `functools.wraps` made the wrapped function's) stands in its place, by the wrapper too."""
-    name = getattr(function, "__name__", repr(function))
-    if source.tree.name != name:
-        return f"{name} (a decorator's `{source.tree.name}`, {source.filename}:{source.first_line})"
-    return name
 
 
 def _describe(value):

@@ -15,7 +15,8 @@ from ..errors import RecursionPropertyError, UnsupportedError
 from .names import (UNRESOLVED, OutsideName, dotted, is_user_helper, read_outside,
                     resolve)
 from .source import read_source
-from .syntax import cell_arguments, is_none_test, positional_arguments
+from .syntax import (MAX_INLINE_DEPTH, bind_helper_call, cell_arguments, is_none_test,
+                     positional_arguments)
 
 STRUCTURE = "structure"
 PARAMETER = "parameter"
@@ -24,7 +25,6 @@ CALL_RESULT = "call result"
 
 NODE_ATTRIBUTES_STRUCTURAL = {"is_leaf", "num_children"}
 NODE_CHILD_ATTRIBUTES = {"left", "right"}
-MAX_INLINE_DEPTH = 20
 
 
 @dataclass(frozen=True)
@@ -344,15 +344,13 @@ class PropertyChecker:
                                    **self.source.where(node))
         helper_source = read_source(function)
         helper = PropertyChecker(self.model, helper_source, self.usage, self.depth + 1)
-        signature = helper_source.tree.args
-        parameters = positional_arguments(signature) + [a.arg for a in signature.kwonlyargs]
-        env = dict.fromkeys(parameters, NOTHING)  # a default is a constant of the helper's
         if inspect.ismethod(function):  # `obj.method(h)`: obj, read from outside, comes first
             arguments = [NOTHING, *arguments]
-        env.update(zip(parameters, arguments))
-        for keyword, value in zip(node.keywords, keywords):
-            if keyword.arg is not None:
-                env[keyword.arg] = value
+        defaults = ((NOTHING,) * len(function.__defaults__ or ()),  # a helper's constants
+                    dict.fromkeys(function.__kwdefaults__ or {}, NOTHING))
+        named = {keyword.arg: value for keyword, value in zip(node.keywords, keywords)}
+        env = bind_helper_call(function, helper_source, arguments, named, defaults,
+                               self.source.where(node))
         returned = helper.run_body(helper_source.tree.body, env)
         return returned if returned is not None else NOTHING
 

@@ -8,18 +8,12 @@ per run, first thing (`_weight_panels`); element loops over a transposed matrix 
 by column (`_column_walk`); sums over a node's children go first, each into a row of its own
 (`child_sums`)."""
 from ..lowering.ilir import (
-    Alloc,
     ArgumentRole,
-    Barrier,
     BinOp,
-    Comment,
     Const,
-    If,
-    Let,
-    Loop,
     LoopRole,
     MatMul,
-    Store,
+    StatementVisitor,
     Var,
     substitute,
     walk,
@@ -96,7 +90,7 @@ expression = PythonExpressions(CALLS)
 _bound = expression.bound
 
 
-class KernelBody:
+class KernelBody(StatementVisitor):
     """The kernel's statements as lines, one ILIR statement to one line or block. `labels`:
     {weight argument: what the generated names call it} (`W` of `p_W`); `products`: how many
     `matmul_share` calls were written, the next one's row of `claimed`."""
@@ -118,46 +112,54 @@ class KernelBody:
             if products:
                 self.shared_products(products, pad, forward)
                 products = []
-            self.statement(statement, depth, forward, batched)
+            self.visit(statement, depth, forward, batched)
         if products:
             self.shared_products(products, pad, forward)
 
-    def statement(self, statement, depth, forward, batched):
-        pad, lines = "    " * depth, self.lines
-        rewritten = sums_first(statement) if isinstance(statement, Loop) else (statement,)
+    def visit_Loop(self, statement, depth, forward, batched):
+        rewritten = sums_first(statement)
         if rewritten != (statement,):
             self.statements(rewritten, depth, forward, batched)
-        elif isinstance(statement, Loop) and statement.columns:
+        elif statement.columns:
             self.column_walk(statement, depth)
-        elif isinstance(statement, Loop) and statement.parallel:
+        elif statement.parallel:
             self.parallel_loop(statement, depth, forward, batched)
-        elif isinstance(statement, Loop):
-            lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
+        else:
+            self.line(depth, f"for {statement.var} in {expression.range(statement)}:")
             if statement.role is LoopRole.BATCHES:  # a worker's rows alternate with the batch
                 self.statements(statement.body, depth + 1, f"{statement.var} % 2 == 0", True)
             else:
                 self.statements(statement.body, depth + 1, forward, batched)
-        elif isinstance(statement, Let):
-            lines.append(f"{pad}{statement.name} = {_bound(statement.value)}")
-        elif isinstance(statement, Store):
-            index = ", ".join(_bound(i) for i in statement.index)
-            lines.append(f"{pad}{statement.array}[{index}] = {_bound(statement.value)}")
-        elif isinstance(statement, Alloc):
-            shape = ", ".join(_bound(e) for e in statement.shape)
-            lines.append(f"{pad}{statement.name} = np.empty(({shape}), dtype=real)")
-        elif isinstance(statement, If):
-            expression.branch(statement, pad, lines, lambda body: self.statements(
-                body, depth + 1, forward, batched))
-        elif isinstance(statement, MatMul):
-            weight, x, y = expression.matmul_operands(statement)
-            lines.append(f"{pad}matmul_rows({weight}, {x}, {y}, {_bound(statement.rows)}, 0, "
+
+    def visit_Let(self, statement, depth, *_):
+        self.line(depth, f"{statement.name} = {_bound(statement.value)}")
+
+    def visit_Store(self, statement, depth, *_):
+        index = ", ".join(_bound(i) for i in statement.index)
+        self.line(depth, f"{statement.array}[{index}] = {_bound(statement.value)}")
+
+    def visit_Alloc(self, statement, depth, *_):
+        shape = ", ".join(_bound(e) for e in statement.shape)
+        self.line(depth, f"{statement.name} = np.empty(({shape}), dtype=real)")
+
+    def visit_If(self, statement, depth, forward, batched):
+        expression.branch(statement, "    " * depth, self.lines, lambda body: self.statements(
+            body, depth + 1, forward, batched))
+
+    def visit_MatMul(self, statement, depth, *_):
+        """A product one worker computes (its parallel ones go to `shared_products`)."""
+        weight, x, y = expression.matmul_operands(statement)
+        self.line(depth, f"matmul_rows({weight}, {x}, {y}, {_bound(statement.rows)}, 0, "
                          f"{statement.weight}.shape[0])")
-        elif isinstance(statement, Barrier):
-            lines.append(f"{pad}# barrier: {statement.reason}")
-        elif isinstance(statement, Comment):
-            lines.append(f"{pad}# {statement.text}")
-        else:
-            raise TypeError(statement)
+
+    def visit_Barrier(self, statement, depth, *_):
+        self.line(depth, f"# barrier: {statement.reason}")
+
+    def visit_Comment(self, statement, depth, *_):
+        self.line(depth, f"# {statement.text}")
+
+    def line(self, depth, text):
+        self.lines.append("    " * depth + text)
 
     def parallel_loop(self, loop, depth, forward, batched):
         """A `prange`; in the batch loop, a plain `range` too, taken by batches of at most

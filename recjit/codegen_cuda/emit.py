@@ -21,8 +21,8 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If, Let,
-                             Load, Loop, MatMul, Store, Var)
+from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Call, Const, If, Let,
+                             Load, Loop, MatMul, StatementVisitor, Store, Var)
 from ..lowering.pysource import PythonExpressions
 from .packs import NO_PACKS, PACKED_ROW, TILE, TILE_COLUMN
 from .ranges import NO_RANGES
@@ -54,7 +54,7 @@ CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})
 expression = PythonExpressions(CALLS)
 
 
-class Emitter:
+class Emitter(StatementVisitor):
     """Source lines for the statements of one device function; `split`: the hidden units the
     fused kernel's blocks split (a `units.UnitSplit`, empty where they split none); `packs`:
     the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`);
@@ -89,41 +89,51 @@ class Emitter:
                 self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
                                   f"{statement.reason} (each block its own units)")
             else:
-                self.statement(statement, depth, extent)
+                self.visit(statement, depth, extent)
 
-    def statement(self, statement, depth, extent):
-        pad = "    " * depth
-        if isinstance(statement, Loop) and statement.one_worker:
+    def visit_Loop(self, statement, depth, extent):
+        if statement.one_worker:
             self.block_per_item(statement, depth)
-        elif isinstance(statement, Loop) and statement.parallel:
+        elif statement.parallel:
             self.parallel_loop(statement, depth)
-        elif isinstance(statement, Loop) and statement.element:
+        elif statement.element:
             self.element_guard(statement, depth, extent)
-        elif isinstance(statement, Loop):
-            self.lines.append(f"{pad}for {statement.var} in {expression.range(statement)}:")
+        else:
+            self.line(depth, f"for {statement.var} in {expression.range(statement)}:")
             self.statements(statement.body, depth + 1, extent)
-        elif isinstance(statement, Let):
-            self.lines.append(f"{pad}{statement.name} = {expression.bound(statement.value)}")
-            if id(statement) == self.ranges.after:
-                self.batch_share(statement.name, pad)
-        elif isinstance(statement, Store):
-            self.lines.append(f"{pad}{statement.array}[{expression.index(statement.index)}] = "
-                              f"{expression.bound(statement.value)}")
-        elif isinstance(statement, If):
-            expression.branch(statement, pad, self.lines,
-                              lambda body: self.statements(body, depth + 1, extent))
-        elif isinstance(statement, MatMul) and id(statement) in self.packs.products:
+
+    def visit_Let(self, statement, depth, extent):
+        self.line(depth, f"{statement.name} = {expression.bound(statement.value)}")
+        if id(statement) == self.ranges.after:
+            self.batch_share(statement.name, "    " * depth)
+
+    def visit_Store(self, statement, depth, extent):
+        self.line(depth, f"{statement.array}[{expression.index(statement.index)}] = "
+                         f"{expression.bound(statement.value)}")
+
+    def visit_If(self, statement, depth, extent):
+        expression.branch(statement, "    " * depth, self.lines,
+                          lambda body: self.statements(body, depth + 1, extent))
+
+    def visit_MatMul(self, statement, depth, extent):
+        if id(statement) in self.packs.products:
             self.packed_product(statement, self.packs.products[id(statement)], depth)
-        elif isinstance(statement, MatMul):
-            kind, operand, share = self.share(statement)
-            self.runtime.add(f"matmul_{kind}")
-            self.lines.append(f"{pad}turn = {matmul_call(statement, kind, operand, share)}")
-        elif isinstance(statement, Barrier):
-            self.lines.append(f"{pad}grid.sync()  # barrier: {statement.reason}")
-        elif isinstance(statement, Comment):
-            self.lines.append(f"{pad}# {statement.text}")
-        elif not isinstance(statement, Alloc):  # scratch arrays are kernel arguments
-            raise TypeError(statement)
+            return
+        kind, operand, share = self.share(statement)
+        self.runtime.add(f"matmul_{kind}")
+        self.line(depth, f"turn = {matmul_call(statement, kind, operand, share)}")
+
+    def visit_Barrier(self, statement, depth, extent):
+        self.line(depth, f"grid.sync()  # barrier: {statement.reason}")
+
+    def visit_Comment(self, statement, depth, extent):
+        self.line(depth, f"# {statement.text}")
+
+    def visit_Alloc(self, statement, depth, extent):
+        """Scratch arrays are arguments of the kernel."""
+
+    def line(self, depth, text):
+        self.lines.append("    " * depth + text)
 
     def parallel_loop(self, loop, depth):
         """A grid-stride loop over (item, element) pairs; where the blocks split the units, a
@@ -319,7 +329,7 @@ class Emitter:
                 expression.branch(statement, pad, self.lines,
                                   lambda body: self.steps(body, depth + 1))
             else:
-                self.statement(statement, depth, None)
+                self.visit(statement, depth, None)
 
     def synchronize(self, depth):
         """`cuda.syncthreads()`, unless the step's own last line already is one."""
@@ -600,7 +610,7 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     arrays it reads (`host_batch_begin`) last."""
     host = _UnfusedHost(kernel, _jit(fast_math, launch_bound))
     host.lines += _transposed_views(kernel)
-    host.visit(kernel.body, 1)
+    host.visit_all(kernel.body, 1)
     scratch = scratch_arrays(kernel)
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
@@ -613,7 +623,7 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     return "\n".join(lines) + "\n", tuple(host.arrays)
 
 
-class _UnfusedHost:
+class _UnfusedHost(StatementVisitor):
     """The unfused schedule's host function, statement by statement: a parallel loop becomes a
     kernel of its own (`kernels`) and its launch, a product a launch of `matmul_kernel`, the
     rest host code; `arrays` are the structure arrays the host reads (as `host_<name>`)."""
@@ -629,30 +639,37 @@ class _UnfusedHost:
             self.arrays.append(array)
         return f"host_{array}"
 
-    def visit(self, body, depth):
-        pad, host = "    " * depth, self.expression
-        for statement in body:
-            if isinstance(statement, Loop) and statement.parallel:
-                self.launch_loop(statement, pad)
-            elif isinstance(statement, MatMul):
-                rows = host.bound(statement.rows)
-                operands = ", ".join(host.matmul_operands(statement))
-                self.lines.append(
-                    f"{pad}launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
-                    f"[{operands}, {rows}])")
-            elif isinstance(statement, If):
-                host.branch(statement, pad, self.lines, lambda body: self.visit(body, depth + 1))
-            elif isinstance(statement, Loop):
-                self.lines.append(f"{pad}for {statement.var} in {host.range(statement)}:")
-                self.visit(statement.body, depth + 1)
-            elif isinstance(statement, Let):
-                self.lines.append(f"{pad}{statement.name} = {host.bound(statement.value)}")
-            elif isinstance(statement, Barrier):
-                self.lines.append(f"{pad}# barrier (launches run in order): {statement.reason}")
-            elif isinstance(statement, Comment):
-                self.lines.append(f"{pad}# {statement.text}")
-            elif not isinstance(statement, Alloc):
-                raise TypeError(statement)
+    def visit_Loop(self, statement, depth):
+        if statement.parallel:
+            self.launch_loop(statement, "    " * depth)
+            return
+        self.line(depth, f"for {statement.var} in {self.expression.range(statement)}:")
+        self.visit_all(statement.body, depth + 1)
+
+    def visit_MatMul(self, statement, depth):
+        rows = self.expression.bound(statement.rows)
+        operands = ", ".join(self.expression.matmul_operands(statement))
+        self.line(depth, f"launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
+                         f"[{operands}, {rows}])")
+
+    def visit_If(self, statement, depth):
+        self.expression.branch(statement, "    " * depth, self.lines,
+                               lambda body: self.visit_all(body, depth + 1))
+
+    def visit_Let(self, statement, depth):
+        self.line(depth, f"{statement.name} = {self.expression.bound(statement.value)}")
+
+    def visit_Barrier(self, statement, depth):
+        self.line(depth, f"# barrier (launches run in order): {statement.reason}")
+
+    def visit_Comment(self, statement, depth):
+        self.line(depth, f"# {statement.text}")
+
+    def visit_Alloc(self, statement, depth):
+        """Scratch arrays are arguments of the launches, allocated by the host."""
+
+    def line(self, depth, text):
+        self.lines.append("    " * depth + text)
 
     def launch_loop(self, statement, pad):
         """A kernel of its own for parallel loop `statement`, and the line that launches it."""

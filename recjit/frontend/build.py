@@ -18,8 +18,13 @@ from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
 from .source import read_source
-from .syntax import (MAX_INLINE_DEPTH, bind_helper_call, cell_arguments, is_none_test,
-                     positional_arguments)
+from .syntax import (
+    MAX_INLINE_DEPTH,
+    bind_helper_call,
+    cell_arguments,
+    is_none_test,
+    positional_arguments,
+)
 
 MAX_UNROLLED = 4096  # the most steps of a loop the frontend unrolls
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}

@@ -198,6 +198,23 @@ class Kernel:
                     None)
 
 
+class StatementVisitor:
+    """The one walk of ILIR statements that the printer and the code generators share:
+    `visit(statement, *context)` calls the subclass's `visit_<Kind>` (`visit_Loop`,
+    `visit_MatMul`, ...), and a kind it has no method for is a `TypeError`, so a new kind of
+    statement cannot be skipped unseen."""
+
+    def visit(self, statement, *context):
+        method = getattr(self, f"visit_{type(statement).__name__}", None)
+        if method is None:
+            raise TypeError(f"{type(self).__name__} has no rule for {statement!r}")
+        return method(statement, *context)
+
+    def visit_all(self, body, *context):
+        for statement in body:
+            self.visit(statement, *context)
+
+
 def add(left, right):
     """left + right, folding constants so indices stay readable."""
     if isinstance(right, int):

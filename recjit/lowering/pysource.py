@@ -6,10 +6,12 @@ from .ilir import BinOp, Call, Const, Load, Var
 
 
 class PythonExpressions:
-    """`calls` maps each ILIR math function to a format string, e.g. `"math.exp({})"`;
-    `array_name` gives the name an ILIR array has in the emitted code (by default its own)."""
+    """The one printer of ILIR expressions. `calls` maps each ILIR math function to a format
+    string, e.g. `"math.exp({})"`; `array_name` gives the name an ILIR array has in the
+    emitted code (by default its own). `explain()`'s printer prints constants and calls its
+    own way (`lowering.printer`)."""
 
-    def __init__(self, calls, array_name=None):
+    def __init__(self, calls=None, array_name=None):
         self.calls = calls
         self.array_name = array_name or (lambda array: array)
 
@@ -17,14 +19,20 @@ class PythonExpressions:
         if isinstance(node, Var):
             return node.name
         if isinstance(node, Const):
-            return str(node.value) if isinstance(node.value, int) else real_constant(node.value)
+            return self.constant(node.value)
         if isinstance(node, Load):
             return f"{self.array_name(node.array)}[{', '.join(self(i) for i in node.index)}]"
         if isinstance(node, Call):
-            return self.calls[node.function].format(*(self(a) for a in node.args))
+            return self.call(node.function, [self(a) for a in node.args])
         if isinstance(node, BinOp):
             return f"({self(node.left)} {node.operator} {self(node.right)})"
         raise TypeError(node)
+
+    def constant(self, value):
+        return str(value) if isinstance(value, int) else real_constant(value)
+
+    def call(self, function, arguments):
+        return self.calls[function].format(*arguments)
 
     def bound(self, node):
         """An expression that stands alone (a bound, an index, a right-hand side): no outer

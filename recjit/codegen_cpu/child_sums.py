@@ -21,7 +21,43 @@ child; and a dot loop, the inner product of a sum over children, takes its sum f
 same way."""
 from dataclasses import replace
 
-from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add, nodes
+from ..lowering.ilir import (
+    Alloc,
+    BinOp,
+    Const,
+    If,
+    Let,
+    Load,
+    Loop,
+    LoopRole,
+    Store,
+    Var,
+    add,
+    nodes,
+)
+
+
+def plan_sums_first(kernel):
+    """`kernel` with every loop that `sums_first` rewrites rewritten, inside loops and branches
+    too (and the loops it writes, in turn): the CPU backend's pass before its emitter."""
+    return replace(kernel, body=_sums_first_in(kernel.body))
+
+
+def _sums_first_in(body):
+    result = []
+    for statement in body:
+        if isinstance(statement, Loop):
+            rewritten = sums_first(statement)
+            if rewritten != (statement,):
+                result += _sums_first_in(rewritten)
+            else:
+                result.append(replace(statement, body=_sums_first_in(statement.body)))
+        elif isinstance(statement, If):
+            result.append(replace(statement, body=_sums_first_in(statement.body),
+                                  orelse=_sums_first_in(statement.orelse)))
+        else:
+            result.append(statement)
+    return tuple(result)
 
 
 def sums_first(loop):

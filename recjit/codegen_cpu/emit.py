@@ -19,7 +19,6 @@ from ..lowering.ilir import (
     walk,
 )
 from ..lowering.pysource import PythonExpressions
-from .child_sums import sums_first
 
 FAST_MATH = '''
 # tanh as Eigen's rational approximation (13/6): branch-free, so it vectorizes; max abs and
@@ -117,10 +116,7 @@ class KernelBody(StatementVisitor):
             self.shared_products(products, pad, forward)
 
     def visit_Loop(self, statement, depth, forward, batched):
-        rewritten = sums_first(statement)
-        if rewritten != (statement,):
-            self.statements(rewritten, depth, forward, batched)
-        elif statement.columns:
+        if statement.columns:
             self.column_walk(statement, depth)
         elif statement.parallel:
             self.parallel_loop(statement, depth, forward, batched)

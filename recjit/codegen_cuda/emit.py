@@ -67,6 +67,7 @@ class Emitter(StatementVisitor):
         self.lines = []
         self.labels = labels or {}
         self.runtime = set()  # the runtime functions the lines call, for the imports
+        self.synchronized_at = 0  # the length of `lines` when a block barrier last ended them
         self.persistent = persistent
         self.split = split
         self.row_groups = row_groups
@@ -86,8 +87,8 @@ class Emitter(StatementVisitor):
                 self.lines.append(f"{'    ' * depth}# no barrier: the grid met after the last "
                                   f"writes, so {statement.reason}")
             elif isinstance(statement, Barrier) and self.split.block_barrier(body, index):
-                self.lines.append(f"{'    ' * depth}cuda.syncthreads()  # barrier: "
-                                  f"{statement.reason} (each block its own units)")
+                self.block_barrier(depth, f"  # barrier: {statement.reason} (each block its "
+                                          "own units)")
             else:
                 self.visit(statement, depth, extent)
 
@@ -195,8 +196,8 @@ class Emitter(StatementVisitor):
         self.pack_row(pack, depth + 2)
         self.lines += [
             f"{pad}    cuda.syncthreads()",
-            f"{pad}    turn = {multiply}",
-            f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one"]
+            f"{pad}    turn = {multiply}"]
+        self.block_barrier(depth + 1, "  # before the next tile overwrites this one")
 
     def pack_row(self, pack, depth):
         """The statements by which a thread fills its element of tile row `tile_row` with row
@@ -284,7 +285,7 @@ class Emitter(StatementVisitor):
                 (f"{pad}    turn = multiply_tile({operand}, weight_rows_{name}, y_rows_{name}, "
                  f"held_{name}, {TILE}[part_row:], part_rows, {columns}, "
                  f"{product.y}[first_input_{name} + part_first:], turn)")]
-        self.lines.append(f"{pad}    cuda.syncthreads()  # before the next tile overwrites this one")
+        self.block_barrier(depth + 1, "  # before the next tile overwrites this one")
 
     def share(self, product):
         """`product_share` of a product of this kernel, its runtime calls noted."""
@@ -333,8 +334,13 @@ class Emitter(StatementVisitor):
 
     def synchronize(self, depth):
         """`cuda.syncthreads()`, unless the step's own last line already is one."""
-        if not self.lines[-1].lstrip().startswith("cuda.syncthreads()"):
-            self.lines.append(f"{'    ' * depth}cuda.syncthreads()")
+        if self.synchronized_at != len(self.lines):
+            self.block_barrier(depth)
+
+    def block_barrier(self, depth, comment=""):
+        """`cuda.syncthreads()`, remembered as the last line written (`synchronize`)."""
+        self.lines.append(f"{'    ' * depth}cuda.syncthreads(){comment}")
+        self.synchronized_at = len(self.lines)
 
     def element_guard(self, loop, depth, extent):
         """The body of an element loop, for the element this thread holds."""

@@ -1,4 +1,5 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (docs/design.md)."""
+from .autodiff import Gradients, RowGrad
 from .errors import (CacheWarning, FallbackWarning, InputError, RecJitError, RecursionPropertyError,
                      ScheduleError, ShapeError, UnsupportedError)
 from .linearize import Forest
@@ -13,8 +14,8 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
-__all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "InputError", "NodeView",
-           "Params", "RecJitError", "RecursionPropertyError", "RecursiveModel", "Result",
-           "Schedule", "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log",
+__all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "Gradients", "InputError",
+           "NodeView", "Params", "RecJitError", "RecursionPropertyError", "RecursiveModel",
+           "Result", "RowGrad", "Schedule", "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log",
            "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt",
            "tanh", "zeros"]

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .autodiff import Pullback, adjoint_case
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
@@ -129,6 +130,7 @@ class RecursiveModel:
         self._analyses = {}  # (the outside names, a `Binding.key`) → its `Analysis`
         self._compiled = {}
         self._cells = {}  # (parameters, fields, analysis) of a `signature` → its cell IR
+        self._adjoints = {}  # a `signature` → (its cell IR, its adjoint case by name)
         self._latest = {}
         self._lock = threading.Lock()
 
@@ -364,6 +366,35 @@ class RecursiveModel:
         self._latest[backend] = prepared.compiled
         return prepared.compiled, prepared.linearized
 
+    def vjp(self, forest, p, backend="cpu", schedule=None, context=()):
+        """(the `Result` that `run` gives, its `Pullback`): `pullback(roots=..., nodes=...)`
+        returns the `Gradients` of the states weighted by those cotangents, with respect to
+        every parameter, gathered row, float field and context argument (docs/training.md).
+        The forward pass is the compiled kernel's; the backward, the adjoint of the cell IR
+        evaluated a batch at a time (on the CPU)."""
+        if backend != "cpu":
+            raise RecJitError(f"vjp computes gradients on the CPU (backend='cpu'), not "
+                              f"backend={backend!r}")
+        analysis = self.analyse()
+        p = _on_host(self.with_context(analysis, p, context), analysis.parameters)
+        forest, key, compiled, linearized = self._checked(analysis, forest, p, backend,
+                                                          schedule)
+        cell = compiled.cell
+        adjoints = self._adjoints.get(key)
+        if adjoints is None or adjoints[0] is not cell:
+            adjoints = (cell, {case.name: adjoint_case(case, cell.filename)
+                               for case in cell.cases})
+            self._adjoints[key] = adjoints
+        if linearized.num_nodes:
+            states = compiled.backend_kernel(linearized, p,
+                                             compiled.backend_kernel.inputs(linearized))
+            result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
+                                            linearized.roots)
+        else:
+            states, result = [], self._empty_result(cell)
+        return result, Pullback(cell, adjoints[1], linearized, states, p,
+                                analysis.usage.context, forest.roots.size)
+
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`, after the checks
         `run` makes: the cell, the forest's structure, the parameters' shapes and every
@@ -396,8 +427,10 @@ class RecursiveModel:
         return Result(nodes=nodes, roots=nodes)
 
     # reading what was generated ---------------------------------------------------------
-    def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=()):
-        """Print (and return) the cell IR, the linearized forest and the ILIR kernel."""
+    def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=(),
+                grad=False):
+        """Print (and return) the cell IR, the linearized forest and the ILIR kernel; with
+        `grad=True`, the adjoint of each case too, which `vjp`'s pullback evaluates."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         _, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
@@ -416,7 +449,10 @@ class RecursiveModel:
             _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
             _outside_line(analysis),
-        ])
+        ] + ([] if not grad else [
+            "", ("== adjoint (vjp's backward: each case's ops recomputed from the children's "
+                 "states, then these, a batch at a time, roots first) =="),
+            *(str(adjoint_case(case, compiled.cell.filename)) for case in compiled.cell.cases)]))
         print(text, file=file)
         return text
 

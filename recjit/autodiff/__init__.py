@@ -1,0 +1,7 @@
+"""Reverse mode through the compiled recursion (docs/training.md): the adjoint of the cell IR,
+evaluated a batch at a time, roots first."""
+from .adjoint import AdjointCase, adjoint_case
+from .gradients import Gradients, RowGrad
+from .pullback import Pullback
+
+__all__ = ["AdjointCase", "Gradients", "Pullback", "RowGrad", "adjoint_case"]

@@ -1,0 +1,57 @@
+"""What a pullback returns: `Gradients`, with `RowGrad` for a table the cell only gathers from."""
+from types import SimpleNamespace
+
+import numpy as np
+
+
+class RowGrad:
+    """The gradient of a table a cell only gathers rows from: `indices`, the rows gathered
+    (unique, sorted), and `values`, each one's summed gradient. Most rows of an embedding get
+    none; `to_dense()` (or `np.asarray`) is the table-shaped array."""
+
+    def __init__(self, indices, values, shape):
+        self.indices = indices
+        self.values = values
+        self.shape = tuple(shape)
+
+    @classmethod
+    def summed(cls, indices, values, shape, dtype):
+        """The rows of `indices` (repeated as often as gathered) with their `values` summed."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        values = np.asarray(values, dtype=dtype).reshape((indices.size,) + tuple(shape[1:]))
+        unique, position = np.unique(indices, return_inverse=True)
+        totals = np.zeros((unique.size,) + tuple(shape[1:]), dtype=dtype)
+        np.add.at(totals, position, values)
+        return cls(unique, totals, shape)
+
+    @property
+    def dtype(self):
+        return self.values.dtype
+
+    def to_dense(self):
+        dense = np.zeros(self.shape, dtype=self.values.dtype)
+        dense[self.indices] = self.values
+        return dense
+
+    def __array__(self, dtype=None, copy=None):
+        dense = self.to_dense()
+        return dense if dtype is None else dense.astype(dtype)
+
+    def __repr__(self):
+        return f"RowGrad({self.indices.size} of {self.shape[0]} rows, shape={self.shape})"
+
+
+class Gradients:
+    """The gradients a pullback returns. `params`: one attribute per parameter the cell reads
+    (an array of its shape and dtype, a `RowGrad` for a table it only gathers from, a float
+    for a Python number); `fields`: {float field: its gradient per node, in the forest's
+    order}; `context`: the context arguments' gradients, in order."""
+
+    def __init__(self, params, fields, context):
+        self.params = SimpleNamespace(**params)
+        self.fields = fields
+        self.context = tuple(context)
+
+    def __repr__(self):
+        return (f"Gradients(params={sorted(vars(self.params))}, fields={sorted(self.fields)}, "
+                f"context={len(self.context)})")

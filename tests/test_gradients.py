@@ -1,0 +1,209 @@
+"""Reverse mode (`model.vjp`): every gradient a pullback returns (parameters, gathered rows,
+float fields, context arguments) equals central finite differences of the plain recursion,
+in float64, for every model of the zoo and the examples, on generated forests and random
+cotangents on roots and nodes."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import recjit as rj
+from dag_rnn import dag_rnn, make_params as dag_rnn_params
+from gru import gru, make_params as gru_params
+from lstm import lstm, make_params as lstm_params
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from simple_tree_gru import simple_tree_gru
+from tree_attention import make_params as tree_attention_params, tree_attention
+from tree_fc import make_params as tree_fc_params, tree_fc
+from tree_gru import make_params as tree_gru_params, tree_gru
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
+
+from conftest import (attentive_child_sum, attentive_params, binary_forests, child_mean,
+                      gated_child_list, nary_forests, powered_rnn, random_dags, row_major_params,
+                      row_major_rnn, scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn,
+                      transposed_mv_params, transposed_mv_rnn, vector_rnn_params,
+                      with_time_steps, word_sequences)
+
+HIDDEN, VOCAB = 3, 6
+STEP = 1e-6
+
+
+def cotangents(shapes, seed):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.normal(size=shape) for shape in shapes)
+
+
+def weighted_sum(result, roots, nodes):
+    """Σ roots · result.roots + Σ nodes · result.nodes: what the pullback differentiates."""
+    return sum(float((got * weight).sum()) for got, weight in zip(result.roots, roots)) + sum(
+        float((got * weight).sum()) for got, weight in zip(result.nodes, nodes))
+
+
+def finite_difference(loss, value):
+    """The central difference of `loss(v)` at every element of array `value`."""
+    value = np.asarray(value, dtype=np.float64)
+    gradient = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+        up, down = value.copy(), value.copy()
+        up[index] += STEP
+        down[index] -= STEP
+        gradient[index] = (loss(up) - loss(down)) / (2 * STEP)
+    return gradient
+
+
+def assert_gradients_are_differences(model, forest, p, seed, context=()):
+    """Every gradient of one pullback against central differences of the plain recursion."""
+    out, pullback = model.vjp(forest, p, context=context)
+    roots = cotangents([state.shape for state in out.roots], seed)
+    nodes = cotangents([state.shape for state in out.nodes], seed + 1)
+    gradients = pullback(roots=roots if len(roots) > 1 else roots[0],
+                         nodes=nodes if len(nodes) > 1 else nodes[0])
+    weights = {name: getattr(p, name) for name in vars(p)}
+
+    def loss_of_parameter(name):
+        def loss(value):
+            changed = rj.Params(**{**weights, name: value if np.ndim(weights[name])
+                                   else float(value)})
+            return weighted_sum(model.reference(forest, changed, context=context), roots, nodes)
+        return loss
+
+    for name in sorted(vars(gradients.params)):
+        expected = finite_difference(loss_of_parameter(name), weights[name])
+        np.testing.assert_allclose(np.asarray(getattr(gradients.params, name)), expected,
+                                   rtol=1e-4, atol=1e-6, err_msg=f"parameter {name}")
+    for name, got in gradients.fields.items():
+        def loss(value, name=name):
+            changed = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                                {**forest.fields, name: value}, forest.kind)
+            return weighted_sum(model.reference(changed, p, context=context), roots, nodes)
+        np.testing.assert_allclose(got, finite_difference(loss, forest.fields[name]),
+                                   rtol=1e-4, atol=1e-6, err_msg=f"field {name}")
+    for position, got in enumerate(gradients.context):
+        def loss(value, position=position):
+            changed = list(context)
+            changed[position] = value if np.ndim(context[position]) else float(value)
+            return weighted_sum(model.reference(forest, p, context=tuple(changed)), roots,
+                                nodes)
+        np.testing.assert_allclose(np.asarray(got), finite_difference(loss, context[position]),
+                                   rtol=1e-4, atol=1e-6, err_msg=f"context {position}")
+    return gradients
+
+
+BINARY = binary_forests(VOCAB, max_trees=3, max_leaves=5)
+NARY = nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4)
+SEQUENCES = word_sequences(VOCAB, max_length=5, max_sequences=2)
+ZOO = {"tree_fc": (tree_fc, tree_fc_params, BINARY),
+       "tree_rnn": (tree_rnn, tree_rnn_params, BINARY),
+       "tree_lstm": (tree_lstm, tree_lstm_params, BINARY),
+       "mv_rnn": (mv_rnn, mv_rnn_params, BINARY),
+       "tree_gru": (tree_gru, tree_gru_params, NARY),
+       "simple_tree_gru": (simple_tree_gru, tree_gru_params, NARY),
+       "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params, NARY),
+       "tree_attention": (tree_attention, tree_attention_params, NARY),
+       "lstm": (lstm, lstm_params, SEQUENCES), "gru": (gru, gru_params, SEQUENCES)}
+few = settings(max_examples=2)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+@few
+@given(data=st.data(), seed=seeds)
+def test_a_zoo_models_gradients_are_the_recursions(name, data, seed):
+    """Binary trees, trees of any arity, sequences, as each model takes them."""
+    model, make, forests = ZOO[name]
+    assert_gradients_are_differences(model, data.draw(forests),
+                                     make(HIDDEN, VOCAB, "float64", seed % 7), seed)
+
+
+@few
+@given(forest=random_dags(HIDDEN, max_nodes=8), seed=seeds)
+def test_a_dag_models_gradients_sum_what_every_parent_sends_back(forest, seed):
+    """DAG-RNN on DAGs whose nodes have several parents, and a vector field per node."""
+    assert_gradients_are_differences(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64",
+                                                                      seed=seed % 7), seed)
+
+
+CELLS = {"scalar parameter": (scaled_rnn, scaled_rnn_params, binary_forests),
+         "powers and division": (powered_rnn, scaled_rnn_params, binary_forests),
+         "parameters read transposed": (row_major_rnn, row_major_params, binary_forests),
+         "matrix states, transposed": (transposed_mv_rnn, transposed_mv_params, binary_forests),
+         "attention, inner products": (attentive_child_sum, attentive_params, nary_forests),
+         "the number of children": (child_mean, vector_rnn_params, nary_forests),
+         "lists of children's states": (gated_child_list, vector_rnn_params, nary_forests)}
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+@few
+@given(data=st.data(), seed=seeds)
+def test_a_cell_of_the_languages_constructs_gets_the_recursions_gradients(name, data, seed):
+    model, make, forests = CELLS[name]
+    forest = data.draw(forests(VOCAB, max_trees=2, max_leaves=5))
+    assert_gradients_are_differences(model, forest, make(HIDDEN, VOCAB, seed % 7), seed)
+
+
+@few
+@given(forest=word_sequences(VOCAB, max_length=5, max_sequences=2), seed=seeds)
+def test_a_float_scalar_fields_gradient_is_the_recursions(forest, seed):
+    p = rj.Params(E=np.random.default_rng(seed).normal(size=(VOCAB, HIDDEN)),
+                  W=np.eye(HIDDEN) / 2, alpha=0.7)
+    gradients = assert_gradients_are_differences(time_aware_rnn, with_time_steps(forest, seed),
+                                                 p, seed)
+    assert isinstance(gradients.params.alpha, float)  # a Python number's gradient is one too
+
+
+@rj.recursive_model(arity=2)
+def kinked(node, p, floor):
+    """maximum, minimum, abs, sqrt, log and relu, and a context argument."""
+    if node.is_leaf:
+        return rj.maximum(p.E[node.word], floor)
+    h = kinked(node.left, p, floor) + kinked(node.right, p, floor)
+    return rj.minimum(rj.sqrt(rj.abs(h) + 1.0), rj.log(2.0 + rj.relu(p.W @ h))) * floor
+
+
+def test_the_context_and_kinked_functions_get_the_recursions_gradients():
+    rng = np.random.default_rng(3)
+    p = rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, HIDDEN)))
+    forest = rj.Forest.from_nested([((0, 1), (2, 3)), (4, (5, 0))])
+    gradients = assert_gradients_are_differences(kinked, forest, p, 5,
+                                                 context=(rng.normal(size=HIDDEN) * 0.3,))
+    assert len(gradients.context) == 1 and "floor" not in vars(gradients.params)
+
+
+def test_a_table_only_gathered_from_gets_its_rows_gradients_summed():
+    forest = rj.Forest.from_nested([((0, 4), (4, 4))])
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=2)
+    out, pullback = tree_rnn.vjp(forest, p)
+    rows = pullback(roots=np.ones_like(out.roots[0])).params.E
+    assert isinstance(rows, rj.RowGrad)
+    assert rows.indices.tolist() == [0, 4]
+    dense = np.asarray(rows)
+    assert dense.shape == p.E.shape and not dense[[1, 2, 3, 5]].any()
+    np.testing.assert_array_equal(dense[[0, 4]], rows.values)
+
+
+def test_a_pullback_may_be_called_again_and_a_missing_cotangent_is_zero():
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    out, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"))
+    h_only = (np.ones_like(out.roots[0]), None)
+    first, second = pullback(roots=h_only), pullback(roots=h_only)
+    np.testing.assert_array_equal(first.params.U_iou, second.params.U_iou)
+    nothing = pullback()
+    assert not np.asarray(nothing.params.U_iou).any() and not np.asarray(nothing.params.E).any()
+
+
+@pytest.mark.parametrize("roots, message", [
+    ((np.ones((1, HIDDEN)),), r"must be 2 array\(s\), one per state component"),
+    ((np.ones((2, HIDDEN)), None), (r"roots, component 0, has shape \(2, 3\); the run's "
+                                    r"Result.roots\[0\] has \(1, 3\)")),
+    ((np.array([["a"] * HIDDEN]), None), "holds <U1, not numbers")],
+    ids=["too few", "wrong shape", "text"])
+def test_a_cotangent_that_does_not_fit_the_states_is_refused_naming_it(roots, message):
+    _, pullback = tree_lstm.vjp(rj.Forest.from_nested([(0, 1)]),
+                                tree_lstm_params(HIDDEN, VOCAB, "float64"))
+    with pytest.raises(rj.InputError, match=message):
+        pullback(roots=roots)
+
+
+def test_the_gradient_of_a_run_is_refused_on_a_backend_other_than_the_cpu():
+    with pytest.raises(rj.RecJitError, match="gradients on the CPU"):
+        tree_rnn.vjp(rj.Forest.from_nested([(0, 1)]), tree_rnn_params(HIDDEN, VOCAB, "float64"),
+                     backend="cuda")

@@ -1,0 +1,142 @@
+"""Reverse mode against PyTorch: the zoo's models written again in PyTorch, recursively, and
+differentiated by its autograd, give the gradients recjit's pullback gives (float64)."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from dag_rnn import dag_rnn, make_params as dag_rnn_params
+from lstm import lstm, make_params as lstm_params
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from tree_gru import make_params as tree_gru_params, tree_gru
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+
+from conftest import binary_forests, nary_forests, random_dags, seeds, word_sequences
+
+torch = pytest.importorskip("torch")
+HIDDEN, VOCAB = 3, 6
+
+
+def torch_tree_lstm(p, node, children):
+    if not children:
+        i, o, u = torch.split(p.W_iou @ p.E[node.word] + p.b_iou, HIDDEN)
+        c = torch.sigmoid(i) * torch.tanh(u)
+        return torch.sigmoid(o) * torch.tanh(c), c
+    (hl, cl), (hr, cr) = children
+    i, o, u = torch.split(p.U_iou @ (hl + hr) + p.b_iou, HIDDEN)
+    c = (torch.sigmoid(i) * torch.tanh(u) + torch.sigmoid(p.U_f @ hl + p.b_f) * cl
+         + torch.sigmoid(p.U_f @ hr + p.b_f) * cr)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def torch_child_sum_tree_lstm(p, node, children):
+    h_sum = sum((h for h, _ in children), torch.zeros(HIDDEN, dtype=torch.float64))
+    forgotten = sum((torch.sigmoid(p.U_f @ h + p.b_f) * c for h, c in children),
+                    torch.zeros(HIDDEN, dtype=torch.float64))
+    x = p.W_iou @ p.E[node.word] if not children else 0
+    i, o, u = torch.split(x + p.U_iou @ h_sum + p.b_iou, HIDDEN)
+    c = torch.sigmoid(i) * torch.tanh(u) + forgotten
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def torch_tree_gru(p, node, children):
+    h_sum = sum(children, torch.zeros(HIDDEN, dtype=torch.float64))
+    gated = sum((torch.sigmoid(p.U_r @ h + p.b_r) * h for h in children),
+                torch.zeros(HIDDEN, dtype=torch.float64))
+    x_z, x_h = torch.split(p.W_zh @ p.E[node.word], HIDDEN) if not children else (0, 0)
+    z = torch.sigmoid(x_z + p.U_z @ h_sum + p.b_z)
+    return z * h_sum + (1 - z) * torch.tanh(x_h + p.U_h @ gated + p.b_h)
+
+
+def torch_mv_rnn(p, node, children):
+    if not children:
+        return p.E[node.word], p.E_M[node.word]
+    (a, A), (b, B) = children
+    return torch.tanh(p.W @ torch.cat([B @ a, A @ b])), p.W_M @ torch.cat([A, B])
+
+
+def torch_lstm(p, step, children):
+    x = p.W @ p.E[step.word] + p.b
+    h_prev, c_prev = children[0] if children else (0, 0)
+    i, f, o, u = torch.split(x + (p.U @ h_prev if children else 0), HIDDEN)
+    c = torch.sigmoid(f) * c_prev + torch.sigmoid(i) * torch.tanh(u)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def torch_dag_rnn(p, node, children):
+    h_pred = sum(children, torch.zeros(HIDDEN, dtype=torch.float64))
+    return torch.relu(p.W @ node.x + p.U @ h_pred + p.b)
+
+
+class TorchNode:
+    def __init__(self, forest, index):
+        self.word = int(forest.fields["word"][index]) if "word" in forest.fields else None
+        self.x = (torch.as_tensor(forest.fields["x"][index]) if "x" in forest.fields
+                  else None)
+
+
+def torch_states(cell, forest, p):
+    """Every node's state, the recursion run children first (each node once)."""
+    states = {}
+
+    def state(index):
+        if index not in states:
+            children = [state(int(child)) for child in forest.children(index)]
+            children = [child[0] if len(child) == 1 else child for child in children]
+            value = cell(p, TorchNode(forest, index), children)
+            states[index] = value if isinstance(value, tuple) else (value,)
+        return states[index]
+
+    for root in forest.roots:
+        state(int(root))
+    return states
+
+
+MODELS = {"tree_lstm": (tree_lstm, torch_tree_lstm, tree_lstm_params, binary_forests),
+          "child_sum_tree_lstm": (child_sum_tree_lstm, torch_child_sum_tree_lstm,
+                                  tree_lstm_params, nary_forests),
+          "tree_gru": (tree_gru, torch_tree_gru, tree_gru_params, nary_forests),
+          "mv_rnn": (mv_rnn, torch_mv_rnn, mv_rnn_params, binary_forests),
+          "lstm": (lstm, torch_lstm, lstm_params, word_sequences)}
+
+
+def assert_torch_agrees(model, torch_cell, forest, p, seed):
+    out, pullback = model.vjp(forest, p)
+    rng = np.random.default_rng(seed)
+    roots = [rng.normal(size=state.shape) for state in out.roots]
+    nodes = [rng.normal(size=state.shape) for state in out.nodes]
+    gradients = pullback(roots=tuple(roots) if len(roots) > 1 else roots[0],
+                         nodes=tuple(nodes) if len(nodes) > 1 else nodes[0])
+    weights = {name: torch.tensor(getattr(p, name), requires_grad=True) for name in vars(p)}
+    states = torch_states(torch_cell, forest, SimpleNamespace(**weights))
+    loss = sum((states[int(root)][c] * torch.as_tensor(roots[c][position])).sum()
+               for position, root in enumerate(forest.roots) for c in range(len(roots)))
+    loss = loss + sum((states[node][c] * torch.as_tensor(nodes[c][node])).sum()
+                      for node in states for c in range(len(nodes)))
+    loss.backward()
+    for name, weight in weights.items():
+        expected = weight.grad.numpy() if weight.grad is not None else np.zeros(weight.shape)
+        np.testing.assert_allclose(np.asarray(getattr(gradients.params, name)), expected,
+                                   rtol=1e-9, atol=1e-12, err_msg=f"parameter {name}")
+
+
+FORESTS = {binary_forests: binary_forests(VOCAB, max_trees=3, max_leaves=5),
+           nary_forests: nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4),
+           word_sequences: word_sequences(VOCAB, max_length=5, max_sequences=2)}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@settings(max_examples=3)
+@given(data=st.data(), seed=seeds)
+def test_pytorch_autograd_of_the_same_model_gives_the_same_gradients(name, data, seed):
+    model, torch_cell, make, forests = MODELS[name]
+    assert_torch_agrees(model, torch_cell, data.draw(FORESTS[forests]),
+                        make(HIDDEN, VOCAB, "float64", seed % 5), seed)
+
+
+@settings(max_examples=3)
+@given(forest=random_dags(HIDDEN, max_nodes=8), seed=seeds)
+def test_pytorch_autograd_of_dag_rnn_gives_the_same_gradients(forest, seed):
+    assert_torch_agrees(dag_rnn, torch_dag_rnn, forest,
+                        dag_rnn_params(HIDDEN, dtype="float64", seed=seed % 5), seed)

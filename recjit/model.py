@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .autodiff import Pullback, adjoint_case
+from .autodiff import Pullback, adjoint_case, tree_of_nodes
 from .codegen_cpu import CpuKernel
 from .errors import InputError, RecJitError, ScheduleError
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
@@ -394,6 +394,42 @@ class RecursiveModel:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints[1], linearized, states, p,
                                 analysis.usage.context, forest.roots.size)
+
+    def jacobian(self, forest, p, wrt, output=0, context=()):
+        """`J[n]` = ∂ (state component `output` of node n's root) / ∂ (node n's float field
+        `wrt`, or the row of parameter table `wrt` that node n gathers), for every node n in
+        the forest's order: shape (num_nodes, *state, *field or row). One backward pass for
+        all the state's elements at once: the forest taken once per element, each copy's
+        roots given that element's unit cotangent (pfor's vectorized jacobian)."""
+        analysis = self.analyse()
+        bound = self.with_context(analysis, p, context)
+        cell = self._cell_for(analysis, forest, bound,
+                              self.signature(analysis, forest, bound, None, None))
+        if not isinstance(output, int) or not 0 <= output < len(cell.state_shapes):
+            raise InputError(f"output must be a state component, 0 to "
+                             f"{len(cell.state_shapes) - 1}, not {output!r}")
+        gathered = any(table == wrt for _, table, _ in cell.gathers)
+        if not gathered and not (wrt in cell.fields
+                                 and np.dtype(cell.fields[wrt][1]).kind == "f"):
+            raise InputError(f"wrt must name a float field the cell reads or a table it "
+                             f"gathers rows from, not {wrt!r}; the cell reads fields "
+                             f"{sorted(cell.fields)} and gathers from "
+                             f"{sorted({table for _, table, _ in cell.gathers})}")
+        tree_of_nodes(self.linearize(forest))  # a node of two roots has no one root
+        shape = cell.state_shapes[output]
+        elements = int(np.prod(shape))
+        _, pullback = self.vjp(Forest.concat([forest] * elements), p, context=context)
+        units = np.repeat(np.eye(elements, dtype=cell.dtype), forest.roots.size, axis=0)
+        roots = [None] * len(cell.state_shapes)
+        roots[output] = units.reshape((-1,) + shape)
+        sink = pullback.backward(roots=tuple(roots) if cell.state_is_tuple else roots[0])
+        if gathered:
+            values = sink.gathered_by_node(wrt, cell.parameters[wrt][1:])
+        else:
+            values = sink.gradients(pullback.context).fields[wrt]
+        per_node = values.shape[1:]
+        values = values.reshape((elements, forest.num_nodes) + per_node)
+        return np.moveaxis(values, 0, 1).reshape((forest.num_nodes,) + shape + per_node)
 
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`, after the checks

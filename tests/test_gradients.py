@@ -207,3 +207,89 @@ def test_the_gradient_of_a_run_is_refused_on_a_backend_other_than_the_cpu():
     with pytest.raises(rj.RecJitError, match="gradients on the CPU"):
         tree_rnn.vjp(rj.Forest.from_nested([(0, 1)]), tree_rnn_params(HIDDEN, VOCAB, "float64"),
                      backend="cuda")
+
+
+def tree_cotangents(out, seed):
+    rng = np.random.default_rng(seed)
+    return rng.normal(size=out.roots[0].shape), rng.normal(size=out.nodes[0].shape)
+
+
+def trees_own(forest, tree, nodes):
+    """`nodes` (a cotangent per node) zero but on the nodes of root `tree`."""
+    own = np.zeros(forest.num_nodes, dtype=bool)
+    stack = [int(forest.roots[tree])]
+    while stack:
+        node = stack.pop()
+        own[node] = True
+        stack.extend(int(child) for child in forest.children(node))
+    return nodes * own[:, None]
+
+
+@few
+@given(forest=BINARY, seed=seeds)
+def test_per_tree_gradients_are_each_trees_own_pullback_and_sum_to_the_forests(forest, seed):
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed % 7)
+    out, pullback = tree_rnn.vjp(forest, p)
+    roots, nodes = tree_cotangents(out, seed)
+    per_tree = pullback(roots=roots, nodes=nodes, per_tree=True)
+    whole = pullback(roots=roots, nodes=nodes)
+    for name in ("W", "U", "b"):
+        got = getattr(per_tree.params, name)
+        assert got.shape == (forest.roots.size,) + getattr(p, name).shape
+        np.testing.assert_allclose(got.sum(axis=0), getattr(whole.params, name), atol=1e-12)
+    assert len(per_tree.params.E) == forest.roots.size
+    np.testing.assert_allclose(sum(np.asarray(rows) for rows in per_tree.params.E),
+                               np.asarray(whole.params.E), atol=1e-12)
+    for tree in range(forest.roots.size):
+        alone = np.zeros_like(roots)
+        alone[tree] = roots[tree]
+        own = pullback(roots=alone, nodes=trees_own(forest, tree, nodes))
+        np.testing.assert_allclose(per_tree.params.W[tree], own.params.W, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(per_tree.params.E[tree]), np.asarray(own.params.E),
+                                   atol=1e-12)
+
+
+def test_per_tree_gradients_and_jacobians_refuse_a_node_two_trees_share_naming_it():
+    forest = rj.Forest.from_edges(3, [(0, 2), (1, 2)], fields={"x": np.ones((3, HIDDEN))})
+    p = dag_rnn_params(HIDDEN, dtype="float64")
+    out, pullback = dag_rnn.vjp(forest, p)
+    with pytest.raises(rj.InputError, match="node 2 belongs to two trees"):
+        pullback(roots=np.ones_like(out.roots[0]), per_tree=True)
+    with pytest.raises(rj.InputError, match="node 2 belongs to two trees"):
+        dag_rnn.jacobian(forest, p, wrt="x")
+
+
+@pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
+def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt):
+    rng = np.random.default_rng(4)
+    forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])
+    forest.fields["x"] = rng.normal(size=(forest.num_nodes, 2))
+    p = rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, 2)),
+                  U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+    jacobian = fielded.jacobian(forest, p, wrt=wrt)
+    width = 2 if wrt == "x" else HIDDEN
+    assert jacobian.shape == (forest.num_nodes, HIDDEN, width)
+    out, pullback = fielded.vjp(forest, p)
+    for element in range(HIDDEN):
+        unit = np.zeros_like(out.roots[0])
+        unit[:, element] = 1
+        if wrt == "x":
+            expected = pullback(roots=unit).fields["x"]
+        else:  # the gathered row of each leaf, as the jacobian gives it per node
+            expected = pullback.backward(roots=unit).gathered_by_node("E", (HIDDEN,))
+        np.testing.assert_allclose(jacobian[:, element], expected, atol=1e-12)
+
+
+@rj.recursive_model(arity=2)
+def fielded(node, p):
+    """A vector field at every node and an embedding at the leaves."""
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word] + p.W @ node.x)
+    return rj.tanh(p.U @ (fielded(node.left, p) + fielded(node.right, p)) + p.W @ node.x)
+
+
+def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.InputError, match="wrt must name a float field the cell reads or a "
+                                            "table it gathers rows from, not 'W'"):
+        tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")

@@ -75,6 +75,10 @@ class Evaluator:
     def of(self, op):
         return [self.values[a] for a in op.args]
 
+    def row_nodes(self, rows):
+        """The node (in the forest's linearized numbering) of each row: each edge's parent."""
+        return self.batch.nodes if rows == NODES else self.batch.nodes[self.batch.edge_node]
+
     def by_row(self, value, rows):
         """`value`'s array with a leading axis of `rows` (repeated where it is uniform)."""
         if value.rows == rows:
@@ -191,22 +195,21 @@ class Evaluator:
     # effects ----------------------------------------------------------------------------
     def op_grad_param(self, op):
         (gradient,) = self.of(op)
-        total = gradient.array.sum(axis=0) if gradient.rows != UNIFORM else gradient.array
-        self.sink.param(op.attrs[0], total)
+        rows = NODES if gradient.rows == UNIFORM else gradient.rows
+        self.sink.param(op.attrs[0], self.by_row(gradient, rows), self.row_nodes(rows))
 
     def op_grad_param_outer(self, op):
         a, b = self.of(op)
         _, rows = self.aligned((a, b))
-        if rows == UNIFORM:  # the same for every node of the batch
-            self.sink.param(op.attrs[0], np.outer(a.array, b.array) * self.batch.size)
-            return
-        self.sink.param(op.attrs[0], self.by_row(a, rows).T @ self.by_row(b, rows))
+        rows = NODES if rows == UNIFORM else rows
+        self.sink.outer(op.attrs[0], self.by_row(a, rows), self.by_row(b, rows),
+                        self.row_nodes(rows))
 
     def op_grad_table(self, op):
         (gradient,) = self.of(op)
         table, field = op.attrs
         self.sink.rows(table, self.fields[field][self.batch.nodes],
-                       self.by_row(gradient, NODES))
+                       self.by_row(gradient, NODES), self.batch.nodes)
 
     def op_grad_field(self, op):
         (gradient,) = self.of(op)

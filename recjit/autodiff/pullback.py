@@ -15,10 +15,13 @@ from .interpret import Batch, Evaluator
 
 
 class Pullback:
-    """`pullback(roots=None, nodes=None)`: the `Gradients` of the sum of the states weighted
-    by these cotangents. `roots`, `nodes`: shaped like the run's `Result.roots` and
-    `Result.nodes` (a tuple of arrays, or one array for a single state); a missing or None
-    component is zero. It may be called any number of times, or never."""
+    """`pullback(roots=None, nodes=None, per_tree=False)`: the `Gradients` of the sum of the
+    states weighted by these cotangents. `roots`, `nodes`: shaped like the run's
+    `Result.roots` and `Result.nodes` (a tuple of arrays, or one array for a single state); a
+    missing or None component is zero. `per_tree`: every parameter's (and context
+    argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
+    the same one pass (a gathered table: a `RowGrad` a tree). It may be called any number of
+    times, or never."""
 
     def __init__(self, cell, adjoints, linearized, states, params, context, num_roots):
         self.cell = cell
@@ -30,9 +33,14 @@ class Pullback:
         self.num_roots = num_roots
         self.dtype = np.dtype(cell.dtype)
 
-    def __call__(self, roots=None, nodes=None):
+    def __call__(self, roots=None, nodes=None, per_tree=False):
+        return self.backward(roots, nodes, per_tree).gradients(self.context)
+
+    def backward(self, roots=None, nodes=None, per_tree=False):
+        """The `Sink` that the backward pass for these cotangents filled."""
         cotangents = self.incoming(roots, nodes)
-        sink = Sink(self.cell, self.params, self.linearized, self.dtype)
+        trees = tree_of_nodes(self.linearized) if per_tree else None
+        sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
         linearized = self.linearized
         begins = linearized.batch_begin
         for batch in range(linearized.num_batches):  # roots first
@@ -41,7 +49,7 @@ class Pullback:
                 case = "leaf" if begin >= linearized.leaf_begin else "internal"
                 Evaluator(Batch(linearized, begin, end), self.params, linearized.fields,
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
-        return sink.gradients(self.context)
+        return sink
 
     def incoming(self, roots, nodes):
         """The cotangent of each state component per node, in the linearized numbering."""
@@ -84,31 +92,82 @@ class Pullback:
         return values.astype(self.dtype, copy=False)
 
 
+def tree_of_nodes(linearized):
+    """The tree (its position in the forest's roots) of every node, in the linearized
+    numbering; a node two trees share is an `InputError` naming it, since its gradient would
+    belong to both."""
+    tree = np.full(linearized.num_nodes, -1, dtype=np.int64)
+    tree[linearized.roots] = np.arange(linearized.roots.size)
+    begins, child_ptr = linearized.batch_begin, linearized.child_ptr
+    for batch in range(linearized.num_batches):  # parents before their children
+        begin, end = int(begins[batch]), int(begins[batch + 1])
+        edges = slice(child_ptr[begin], child_ptr[end])
+        children = linearized.child_idx[edges]
+        parents = np.repeat(tree[begin:end], np.diff(child_ptr[begin:end + 1]))
+        clash = (tree[children] >= 0) & (tree[children] != parents)
+        tree[children] = parents
+        clash |= tree[children] != parents  # two parents in this batch, of two trees
+        if clash.any():
+            node = int(linearized.old_of_new[children[np.argmax(clash)]])
+            raise InputError(f"node {node} belongs to two trees of the forest (two roots "
+                             "reach it); per-tree gradients and jacobians need every node in "
+                             "one tree")
+    return tree
+
+
 class Sink:
     """Where the adjoint's effects go: each parameter's gradient, each table's gathered rows
-    and their gradients, each float field's gradient per node (the linearized numbering)."""
+    and their gradients, each float field's gradient per node (the linearized numbering).
+    `trees`: the tree of every node, for gradients per tree (None: summed over the forest)."""
 
-    def __init__(self, cell, params, linearized, dtype):
+    def __init__(self, cell, params, linearized, dtype, trees=None):
         self.cell = cell
         self.params = params
         self.linearized = linearized
         self.dtype = dtype
+        self.trees = trees
         self.dense = {}
         self.table_rows = {}
         self.field_gradients = {}
 
-    def param(self, name, total):
+    def param(self, name, values, nodes):
+        """Add `values`, a contribution per row (each of node `nodes[row]`)."""
+        if self.trees is None:
+            self.add(name, values.sum(axis=0))
+            return
+        total = np.zeros((self.linearized.roots.size,) + values.shape[1:], dtype=self.dtype)
+        np.add.at(total, self.trees[nodes], values)
+        self.add(name, total)
+
+    def outer(self, name, a, b, nodes):
+        """Add Σ a[row] ⊗ b[row], over the rows (each of node `nodes[row]`)."""
+        if self.trees is None:
+            self.add(name, a.T @ b)
+            return
+        total = np.zeros((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
+        np.add.at(total, self.trees[nodes], a[:, :, None] * b[:, None, :])
+        self.add(name, total)
+
+    def add(self, name, total):
         held = self.dense.get(name)
         self.dense[name] = total if held is None else held + total
 
-    def rows(self, table, indices, values):
-        self.table_rows.setdefault(table, []).append((indices, values))
+    def rows(self, table, indices, values, nodes):
+        self.table_rows.setdefault(table, []).append((indices, values, nodes))
 
     def field(self, name, nodes, values):
         shape = self.cell.fields[name][0]
         gradient = self.field_gradients.setdefault(
             name, np.zeros((self.linearized.num_nodes,) + tuple(shape), dtype=self.dtype))
         gradient[nodes] += values.reshape((-1,) + tuple(shape))
+
+    def gathered_by_node(self, table, row_shape):
+        """The gradient of the row of `table` each node gathered, per node (the forest's
+        order; zero where a node gathers none)."""
+        by_node = np.zeros((self.linearized.num_nodes,) + tuple(row_shape), dtype=self.dtype)
+        for _, values, nodes in self.table_rows.get(table, []):
+            by_node[nodes] += values
+        return by_node[self.linearized.new_of_old]
 
     def gradients(self, context):
         arguments = {name: self.parameter(name, shape)
@@ -125,18 +184,29 @@ class Sink:
         return Gradients(params, fields, [arguments[name] for name in context])
 
     def parameter(self, name, shape):
-        """A parameter's gradient: dense, a `RowGrad` for a table only gathered from, a float
-        for a Python number."""
+        """A parameter's gradient: dense, a `RowGrad` for a table only gathered from (one a
+        tree, per tree), a float for a Python number."""
         value = getattr(self.params, name)
         gathered = self.table_rows.get(name, [])
         read_whole = any(op.kind == "param" and op.attrs[0].removesuffix(".T") == name
                          for case in self.cell.cases for op in case.ops)
+        trees = self.linearized.roots.size
         if gathered and not read_whole and name not in self.dense:
-            return RowGrad.summed(np.concatenate([i for i, _ in gathered]),
-                                  np.concatenate([v for _, v in gathered]), shape, self.dtype)
-        total = np.zeros(shape, dtype=self.dtype)
+            indices, values, nodes = (np.concatenate(part) for part in zip(*gathered))
+            if self.trees is None:
+                return RowGrad.summed(indices, values, shape, self.dtype)
+            owner = self.trees[nodes]
+            return [RowGrad.summed(indices[owner == tree], values[owner == tree], shape,
+                                   self.dtype) for tree in range(trees)]
+        leading = () if self.trees is None else (trees,)
+        total = np.zeros(leading + tuple(shape), dtype=self.dtype)
         if name in self.dense:
-            total += np.asarray(self.dense[name], dtype=self.dtype).reshape(shape)
-        for indices, values in gathered:
-            np.add.at(total, indices, values)
-        return float(total) if is_weak(value) else total
+            total += np.asarray(self.dense[name], dtype=self.dtype).reshape(total.shape)
+        for indices, values, nodes in gathered:
+            if self.trees is None:
+                np.add.at(total, indices, values)
+            else:
+                np.add.at(total, (self.trees[nodes], indices), values)
+        if is_weak(value):
+            return float(total) if self.trees is None else total
+        return total

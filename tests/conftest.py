@@ -243,3 +243,68 @@ def import_source(source, directory, prefix):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# Gradients against central finite differences of the plain recursion (float64) ----------
+STEP = 1e-6
+
+
+def cotangents(shapes, seed):
+    rng = np.random.default_rng(seed)
+    return tuple(rng.normal(size=shape) for shape in shapes)
+
+
+def weighted_sum(result, roots, nodes):
+    """Σ roots · result.roots + Σ nodes · result.nodes: what the pullback differentiates."""
+    return sum(float((got * weight).sum()) for got, weight in zip(result.roots, roots)) + sum(
+        float((got * weight).sum()) for got, weight in zip(result.nodes, nodes))
+
+
+def finite_difference(loss, value):
+    """The central difference of `loss(v)` at every element of array `value`."""
+    value = np.asarray(value, dtype=np.float64)
+    gradient = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+        up, down = value.copy(), value.copy()
+        up[index] += STEP
+        down[index] -= STEP
+        gradient[index] = (loss(up) - loss(down)) / (2 * STEP)
+    return gradient
+
+
+def assert_gradients_are_differences(model, forest, p, seed, context=()):
+    """Every gradient of one pullback against central differences of the plain recursion."""
+    out, pullback = model.vjp(forest, p, context=context)
+    roots = cotangents([state.shape for state in out.roots], seed)
+    nodes = cotangents([state.shape for state in out.nodes], seed + 1)
+    gradients = pullback(roots=roots if len(roots) > 1 else roots[0],
+                         nodes=nodes if len(nodes) > 1 else nodes[0])
+    weights = {name: getattr(p, name) for name in vars(p)}
+
+    def loss_of_parameter(name):
+        def loss(value):
+            changed = rj.Params(**{**weights, name: value if np.ndim(weights[name])
+                                   else float(value)})
+            return weighted_sum(model.reference(forest, changed, context=context), roots, nodes)
+        return loss
+
+    for name in sorted(vars(gradients.params)):
+        expected = finite_difference(loss_of_parameter(name), weights[name])
+        np.testing.assert_allclose(np.asarray(getattr(gradients.params, name)), expected,
+                                   rtol=1e-4, atol=1e-6, err_msg=f"parameter {name}")
+    for name, got in gradients.fields.items():
+        def loss(value, name=name):
+            changed = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                                {**forest.fields, name: value}, forest.kind)
+            return weighted_sum(model.reference(changed, p, context=context), roots, nodes)
+        np.testing.assert_allclose(got, finite_difference(loss, forest.fields[name]),
+                                   rtol=1e-4, atol=1e-6, err_msg=f"field {name}")
+    for position, got in enumerate(gradients.context):
+        def loss(value, position=position):
+            changed = list(context)
+            changed[position] = value if np.ndim(context[position]) else float(value)
+            return weighted_sum(model.reference(forest, p, context=tuple(changed)), roots,
+                                nodes)
+        np.testing.assert_allclose(np.asarray(got), finite_difference(loss, context[position]),
+                                   rtol=1e-4, atol=1e-6, err_msg=f"context {position}")
+    return gradients

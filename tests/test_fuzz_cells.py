@@ -1,7 +1,8 @@
 """Random cell functions: hypothesis writes binary-tree cell functions, valid ones and
 ones with one mistake, into a module file and imports them. recjit either computes what the
 naive recursion computes, or raises a `RecJitError` (pointing at a line, where the mistake
-is in the source); never another exception. A valid cell always compiles."""
+is in the source); never another exception. A valid cell always compiles, and in float64 its
+gradients are the recursion's finite differences."""
 import tempfile
 
 import numpy as np
@@ -9,7 +10,8 @@ from hypothesis import event, given, settings, strategies as st
 
 import recjit as rj
 
-from conftest import assert_same_result, binary_forests, import_source, nary_forests
+from conftest import (assert_gradients_are_differences, assert_same_result, binary_forests,
+                      import_source, nary_forests)
 
 HIDDEN, VOCAB = 3, 8
 MODULES = tempfile.mkdtemp(prefix="recjit-fuzz-cells-")
@@ -158,3 +160,5 @@ def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, binar
     event(f"{mistake}: compiled")
     tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == "float32" else {}
     assert_same_result(result, model.reference(forest, p), **tolerance)
+    if dtype == "float64":  # and its gradients are the recursion's
+        assert_gradients_are_differences(model, forest, p, seed)

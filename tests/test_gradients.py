@@ -1,7 +1,7 @@
 """Reverse mode (`model.vjp`): every gradient a pullback returns (parameters, gathered rows,
 float fields, context arguments) equals central finite differences of the plain recursion,
-in float64, for every model of the zoo and the examples, on generated forests and random
-cotangents on roots and nodes."""
+in float64 (`conftest.assert_gradients_are_differences`), for every model of the zoo and the
+examples, on generated forests and random cotangents on roots and nodes."""
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -18,77 +18,13 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (attentive_child_sum, attentive_params, binary_forests, child_mean,
-                      gated_child_list, nary_forests, powered_rnn, random_dags, row_major_params,
-                      row_major_rnn, scaled_rnn, scaled_rnn_params, seeds, time_aware_rnn,
-                      transposed_mv_params, transposed_mv_rnn, vector_rnn_params,
-                      with_time_steps, word_sequences)
+from conftest import (assert_gradients_are_differences, attentive_child_sum, attentive_params,
+                      binary_forests, child_mean, gated_child_list, nary_forests, powered_rnn,
+                      random_dags, row_major_params, row_major_rnn, scaled_rnn,
+                      scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
+                      transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences)
 
 HIDDEN, VOCAB = 3, 6
-STEP = 1e-6
-
-
-def cotangents(shapes, seed):
-    rng = np.random.default_rng(seed)
-    return tuple(rng.normal(size=shape) for shape in shapes)
-
-
-def weighted_sum(result, roots, nodes):
-    """Σ roots · result.roots + Σ nodes · result.nodes: what the pullback differentiates."""
-    return sum(float((got * weight).sum()) for got, weight in zip(result.roots, roots)) + sum(
-        float((got * weight).sum()) for got, weight in zip(result.nodes, nodes))
-
-
-def finite_difference(loss, value):
-    """The central difference of `loss(v)` at every element of array `value`."""
-    value = np.asarray(value, dtype=np.float64)
-    gradient = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        up, down = value.copy(), value.copy()
-        up[index] += STEP
-        down[index] -= STEP
-        gradient[index] = (loss(up) - loss(down)) / (2 * STEP)
-    return gradient
-
-
-def assert_gradients_are_differences(model, forest, p, seed, context=()):
-    """Every gradient of one pullback against central differences of the plain recursion."""
-    out, pullback = model.vjp(forest, p, context=context)
-    roots = cotangents([state.shape for state in out.roots], seed)
-    nodes = cotangents([state.shape for state in out.nodes], seed + 1)
-    gradients = pullback(roots=roots if len(roots) > 1 else roots[0],
-                         nodes=nodes if len(nodes) > 1 else nodes[0])
-    weights = {name: getattr(p, name) for name in vars(p)}
-
-    def loss_of_parameter(name):
-        def loss(value):
-            changed = rj.Params(**{**weights, name: value if np.ndim(weights[name])
-                                   else float(value)})
-            return weighted_sum(model.reference(forest, changed, context=context), roots, nodes)
-        return loss
-
-    for name in sorted(vars(gradients.params)):
-        expected = finite_difference(loss_of_parameter(name), weights[name])
-        np.testing.assert_allclose(np.asarray(getattr(gradients.params, name)), expected,
-                                   rtol=1e-4, atol=1e-6, err_msg=f"parameter {name}")
-    for name, got in gradients.fields.items():
-        def loss(value, name=name):
-            changed = rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
-                                {**forest.fields, name: value}, forest.kind)
-            return weighted_sum(model.reference(changed, p, context=context), roots, nodes)
-        np.testing.assert_allclose(got, finite_difference(loss, forest.fields[name]),
-                                   rtol=1e-4, atol=1e-6, err_msg=f"field {name}")
-    for position, got in enumerate(gradients.context):
-        def loss(value, position=position):
-            changed = list(context)
-            changed[position] = value if np.ndim(context[position]) else float(value)
-            return weighted_sum(model.reference(forest, p, context=tuple(changed)), roots,
-                                nodes)
-        np.testing.assert_allclose(np.asarray(got), finite_difference(loss, context[position]),
-                                   rtol=1e-4, atol=1e-6, err_msg=f"context {position}")
-    return gradients
-
-
 BINARY = binary_forests(VOCAB, max_trees=3, max_leaves=5)
 NARY = nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4)
 SEQUENCES = word_sequences(VOCAB, max_length=5, max_sequences=2)
@@ -201,6 +137,32 @@ def test_a_cotangent_that_does_not_fit_the_states_is_refused_naming_it(roots, me
                                 tree_lstm_params(HIDDEN, VOCAB, "float64"))
     with pytest.raises(rj.InputError, match=message):
         pullback(roots=roots)
+
+
+def test_a_nan_cotangent_is_refused_naming_where_when_asked_to_check():
+    out, pullback = tree_rnn.vjp(rj.Forest.from_nested([(0, 1)]),
+                                 tree_rnn_params(HIDDEN, VOCAB, "float64"))
+    nodes = np.zeros_like(out.nodes[0])
+    nodes[0, 1] = np.nan  # the root's
+    with pytest.raises(rj.InputError, match=r"nodes, component 0, holds nan at index \(0, 1\)"):
+        pullback(nodes=nodes, check_finite=True)
+    assert np.isnan(pullback(nodes=nodes).params.W).any()  # unchecked, NaN flows through
+
+
+def test_float32_gradients_stay_within_a_thousandth_of_float64s():
+    """The forward in float32 with fast math on (docs/fast_math.md), the backward in float32:
+    within the tolerance docs/training.md states."""
+    forest = rj.Forest.from_nested([((0, 1), (2, (3, 4))), (5, 0)])
+    gradients = {}
+    for dtype in ("float64", "float32"):
+        out, pullback = tree_lstm.vjp(forest, tree_lstm_params(16, VOCAB, dtype, seed=3))
+        roots = tuple(np.linspace(-1, 1, state.size).reshape(state.shape) for state in out.roots)
+        gradients[dtype] = pullback(roots=roots)
+    for name in vars(gradients["float64"].params):
+        exact = np.asarray(getattr(gradients["float64"].params, name))
+        fast = np.asarray(getattr(gradients["float32"].params, name))
+        assert fast.dtype == np.float32
+        np.testing.assert_allclose(fast, exact, rtol=1e-3, atol=1e-4, err_msg=name)
 
 
 def test_the_gradient_of_a_run_is_refused_on_a_backend_other_than_the_cpu():

@@ -20,8 +20,8 @@ class Pullback:
     `Result.roots` and `Result.nodes` (a tuple of arrays, or one array for a single state); a
     missing or None component is zero. `per_tree`: every parameter's (and context
     argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
-    the same one pass (a gathered table: a `RowGrad` a tree). It may be called any number of
-    times, or never."""
+    the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
+    infinite cotangents first. It may be called any number of times, or never."""
 
     def __init__(self, cell, adjoints, linearized, states, params, context, num_roots):
         self.cell = cell
@@ -33,12 +33,12 @@ class Pullback:
         self.num_roots = num_roots
         self.dtype = np.dtype(cell.dtype)
 
-    def __call__(self, roots=None, nodes=None, per_tree=False):
-        return self.backward(roots, nodes, per_tree).gradients(self.context)
+    def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False):
+        return self.backward(roots, nodes, per_tree, check_finite).gradients(self.context)
 
-    def backward(self, roots=None, nodes=None, per_tree=False):
+    def backward(self, roots=None, nodes=None, per_tree=False, check_finite=False):
         """The `Sink` that the backward pass for these cotangents filled."""
-        cotangents = self.incoming(roots, nodes)
+        cotangents = self.incoming(roots, nodes, check_finite)
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
         linearized = self.linearized
@@ -51,7 +51,7 @@ class Pullback:
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
         return sink
 
-    def incoming(self, roots, nodes):
+    def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
         shapes = self.cell.state_shapes
         linearized = self.linearized
@@ -63,7 +63,8 @@ class Pullback:
             for component, values in enumerate(self.components(what, given)):
                 if values is None:
                     continue
-                values = self.checked(what, component, values, (count,) + shapes[component])
+                values = self.checked(what, component, values, (count,) + shapes[component],
+                                      check_finite)
                 np.add.at(cotangents[component], rows, values.reshape(count, -1))
         return cotangents
 
@@ -81,7 +82,7 @@ class Pullback:
                              + (f" of {len(given)}" if isinstance(given, (tuple, list)) else ""))
         return list(given)
 
-    def checked(self, what, component, values, shape):
+    def checked(self, what, component, values, shape, check_finite):
         values = np.asarray(values)
         if values.shape != shape:
             raise InputError(f"the cotangent of {what}, component {component}, has shape "
@@ -89,6 +90,11 @@ class Pullback:
         if values.dtype.kind not in "fiu":
             raise InputError(f"the cotangent of {what}, component {component}, holds "
                              f"{values.dtype}, not numbers")
+        if check_finite and not np.isfinite(values).all():
+            index = tuple(int(i) for i in np.argwhere(~np.isfinite(values))[0])
+            raise InputError(f"the cotangent of {what}, component {component}, holds "
+                             f"{values[index]} at index {index}; check_finite=True refuses "
+                             "NaN and infinite cotangents")
         return values.astype(self.dtype, copy=False)
 
 

@@ -159,6 +159,9 @@ def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, binar
         return
     event(f"{mistake}: compiled")
     tolerance = {"rtol": 1e-4, "atol": 1e-4} if dtype == "float32" else {}
-    assert_same_result(result, model.reference(forest, p), **tolerance)
-    if dtype == "float64":  # and its gradients are the recursion's
+    reference = model.reference(forest, p)
+    assert_same_result(result, reference, **tolerance)
+    # and its gradients are the recursion's, where finite differences can tell (states that
+    # square themselves up a tree reach 1e12, where a step of 1e-6 is lost)
+    if dtype == "float64" and all(np.abs(state).max() < 1e3 for state in reference.nodes):
         assert_gradients_are_differences(model, forest, p, seed)

@@ -15,6 +15,7 @@ Op kinds of the adjoint only, besides the cell IR's (`frontend.cell_ir`):
   transpose    ()                 a computed matrix transposed
   outer        ()                 vector ⊗ vector, a matrix
   pad          (start, stop)      a vector (or rows of a matrix) of zeros but start..stop
+  each_child   ()                 a value of the node's, as a value per child
   sum          ()                 the sum of a value's elements, a number
   unary sign, binary picks_first / picks_first_min: the derivatives' own functions (the
   sign of a number; 1 where maximum or minimum returns its first operand, as NumPy's do at
@@ -78,7 +79,8 @@ class _Adjoint:
 
     # building ops -------------------------------------------------------------------------
     def emit(self, kind, args, attrs, shape, line):
-        per_child = any(self.ops[a].per_child for a in args) and kind != "child_sum"
+        per_child = kind == "each_child" or (
+            any(self.ops[a].per_child for a in args) and kind != "child_sum")
         key = (kind, args, attrs, shape)
         if key not in self.memo:
             self.memo[key] = len(self.ops)
@@ -146,7 +148,10 @@ class _Adjoint:
         self.effect("grad_child", op.attrs, (gradient,), op.line)
 
     def child_sum(self, index, op, gradient):
-        self.add_cotangent(op.args[0], gradient, op.line)  # each child's term, the same
+        """Each child's term gets the sum's cotangent: a value per child, so that what the
+        term read of the node's own sums it over the children again."""
+        each = self.emit("each_child", (gradient,), (), self.ops[gradient].shape, op.line)
+        self.add_cotangent(op.args[0], each, op.line)
 
     def unary(self, index, op, gradient):
         function, (x,), line = op.attrs[0], op.args, op.line

@@ -179,6 +179,10 @@ class Evaluator:
         (a, b), rows = self.aligned(self.of(op))
         return Value(a[..., :, None] * b[..., None, :], rows)
 
+    def op_each_child(self, op):
+        (x,) = self.of(op)
+        return Value(self.by_row(x, EDGES), EDGES)
+
     def op_pad(self, op):
         (x,) = self.of(op)
         start, stop = op.attrs

@@ -255,9 +255,12 @@ class RecursiveModel:
                     self._compiled[key] = entry
         return key, entry
 
-    def _cell_for(self, analysis, forest, p, key):
+    def _cell_for(self, analysis, forest, p, key=None):
         """The cell IR for these parameters' shapes and this forest's fields; `key`: their
-        `signature`, of which the backend and schedule do not matter here."""
+        `signature` where the caller has it, of which the backend and schedule do not matter
+        here."""
+        if key is None:
+            key = self.signature(analysis, forest, p, None, None)
         key = (key[2], key[3], key[4])
         cell = self._cells.get(key)
         if cell is None or not cell.outside.holds():  # built before a value it read changed
@@ -393,7 +396,7 @@ class RecursiveModel:
         else:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints[1], linearized, states, p,
-                                analysis.usage.context, forest.roots.size)
+                                analysis.usage.context)
 
     def jacobian(self, forest, p, wrt, output=0, context=()):
         """`J[n]` = ∂ (state component `output` of node n's root) / ∂ (node n's float field
@@ -403,8 +406,7 @@ class RecursiveModel:
         roots given that element's unit cotangent (pfor's vectorized jacobian)."""
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
-        cell = self._cell_for(analysis, forest, bound,
-                              self.signature(analysis, forest, bound, None, None))
+        cell = self._cell_for(analysis, forest, bound)
         if not isinstance(output, int) or not 0 <= output < len(cell.state_shapes):
             raise InputError(f"output must be a state component, 0 to "
                              f"{len(cell.state_shapes) - 1}, not {output!r}")
@@ -440,8 +442,7 @@ class RecursiveModel:
         analysis = self.analyse()
         context = self.with_defaults(analysis.usage.context, tuple(context))
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
-        cell = self._cell_for(analysis, forest, bound,
-                              self.signature(analysis, forest, bound, None, None))
+        cell = self._cell_for(analysis, forest, bound)
         linearized = self.linearize(forest)
         if linearized.num_nodes == 0:
             return self._empty_result(cell)

@@ -95,6 +95,9 @@ class _Adjoint:
         shape = self.ops[left].shape or self.ops[right].shape
         return self.emit("binary", (left, right), (function,), shape, line)
 
+    def negated(self, value, line):
+        return self.emit("unary", (value,), ("neg",), self.ops[value].shape, line)
+
     def const(self, value, line):
         return self.emit("const", (), (float(value),), (), line)
 
@@ -156,8 +159,7 @@ class _Adjoint:
     def unary(self, index, op, gradient):
         function, (x,), line = op.attrs[0], op.args, op.line
         if function == "neg":
-            local = self.emit("unary", (gradient,), ("neg",), op.shape, line)
-            self.add_cotangent(x, local, line)
+            self.add_cotangent(x, self.negated(gradient, line), line)
             return
         if function == "tanh":  # 1 - y²
             slope = self.binary("sub", self.const(1.0, line),
@@ -184,17 +186,15 @@ class _Adjoint:
         function, (a, b), line = op.attrs[0], op.args, op.line
         if function in ("add", "sub"):
             self.add_cotangent(a, gradient, line)
-            negated = gradient if function == "add" else self.emit(
-                "unary", (gradient,), ("neg",), self.ops[gradient].shape, line)
-            self.add_cotangent(b, negated, line)
+            self.add_cotangent(b, gradient if function == "add" else self.negated(gradient, line),
+                               line)
         elif function == "mul":
             self.add_cotangent(a, self.binary("mul", gradient, b, line), line)
             self.add_cotangent(b, self.binary("mul", gradient, a, line), line)
         elif function == "div":  # d(a/b) = da / b - (a/b) db / b
             self.add_cotangent(a, self.binary("div", gradient, b, line), line)
             quotient = self.binary("div", self.binary("mul", gradient, index, line), b, line)
-            self.add_cotangent(b, self.emit("unary", (quotient,), ("neg",),
-                                            self.ops[quotient].shape, line), line)
+            self.add_cotangent(b, self.negated(quotient, line), line)
         elif function in ("maximum", "minimum"):
             picks = "picks_first" if function == "maximum" else "picks_first_min"
             first = self.binary(picks, a, b, line)

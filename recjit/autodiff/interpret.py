@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import ops
 from ..frontend.cell_ir import EACH, attribute
 
 UNIFORM, NODES, EDGES = "uniform", "nodes", "edges"
@@ -129,7 +130,7 @@ class Evaluator:
 
     def op_unary(self, op):
         (x,) = self.of(op)
-        return Value(_UNARY[op.attrs[0]](x.array).astype(self.dtype, copy=False), x.rows)
+        return Value(np.asarray(_UNARY[op.attrs[0]](x.array), dtype=self.dtype), x.rows)
 
     def op_binary(self, op):
         operands, rows = self.aligned(self.of(op))
@@ -245,9 +246,10 @@ def _picks_first_min(a, b):
     return ((a <= b) | np.isnan(a)).astype(np.result_type(a, b))
 
 
-_UNARY = {"tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-          "relu": lambda x: np.maximum(x, 0), "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-          "neg": np.negative, "abs": np.abs, "sign": np.sign}
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-           "maximum": np.maximum, "minimum": np.minimum, "picks_first": _picks_first,
-           "picks_first_min": _picks_first_min}
+# The cell language's functions as the plain recursion computes them (`ops`), and those only
+# the adjoint has.
+_UNARY = {**{name: function for function, name in ops.UNARY.items()},
+          "neg": np.negative, "sign": np.sign}
+_BINARY = {**{name: function for function, name in ops.BINARY.items()},
+           "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
+           "picks_first": _picks_first, "picks_first_min": _picks_first_min}

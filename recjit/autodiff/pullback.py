@@ -9,6 +9,7 @@ adjoint case (`adjoint.py`) with NumPy, all the batch's nodes at once (`interpre
 import numpy as np
 
 from ..errors import InputError
+from ..frontend.cell_ir import attribute
 from ..params import is_weak
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
@@ -23,14 +24,13 @@ class Pullback:
     the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
     infinite cotangents first. It may be called any number of times, or never."""
 
-    def __init__(self, cell, adjoints, linearized, states, params, context, num_roots):
+    def __init__(self, cell, adjoints, linearized, states, params, context):
         self.cell = cell
         self.adjoints = adjoints  # {"leaf": AdjointCase, "internal": AdjointCase}
         self.linearized = linearized
         self.states = states
         self.params = params
         self.context = context  # the names of the context arguments, in order
-        self.num_roots = num_roots
         self.dtype = np.dtype(cell.dtype)
 
     def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False):
@@ -57,7 +57,8 @@ class Pullback:
         linearized = self.linearized
         cotangents = [np.zeros((linearized.num_nodes, int(np.prod(shape))), dtype=self.dtype)
                       for shape in shapes]
-        for what, given, count, rows in (("roots", roots, self.num_roots, linearized.roots),
+        for what, given, count, rows in (("roots", roots, linearized.roots.size,
+                                          linearized.roots),
                                          ("nodes", nodes, linearized.num_nodes,
                                           linearized.new_of_old)):
             for component, values in enumerate(self.components(what, given)):
@@ -194,7 +195,7 @@ class Sink:
         tree, per tree), a float for a Python number."""
         value = getattr(self.params, name)
         gathered = self.table_rows.get(name, [])
-        read_whole = any(op.kind == "param" and op.attrs[0].removesuffix(".T") == name
+        read_whole = any(op.kind == "param" and attribute(op.attrs[0]) == name
                          for case in self.cell.cases for op in case.ops)
         trees = self.linearized.roots.size
         if gathered and not read_whole and name not in self.dense:

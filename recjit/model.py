@@ -393,10 +393,21 @@ class RecursiveModel:
                                              compiled.backend_kernel.inputs(linearized))
             result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
                                             linearized.roots)
+            linearized, states = self._height_batched(forest, linearized, states)
         else:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints[1], linearized, states, p,
                                 analysis.usage.context)
+
+    def _height_batched(self, forest, linearized, states):
+        """(the forest batched by height, the states in its numbering): the backward needs
+        every parent in an earlier batch than its children, which an unrolled schedule's
+        batches of several heights break."""
+        if linearized.batch_item is None:
+            return linearized, states
+        by_height = self.linearize(forest)
+        order = linearized.new_of_old[by_height.old_of_new]
+        return by_height, [state[order] for state in states]
 
     def jacobian(self, forest, p, wrt, output=0, context=()):
         """`J[n]` = ∂ (state component `output` of node n's root) / ∂ (node n's float field

@@ -19,8 +19,8 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_gradients_are_differences, attentive_child_sum, attentive_params,
-                      binary_forests, child_mean, gated_child_list, nary_forests, powered_rnn,
-                      random_dags, row_major_params, row_major_rnn, scaled_rnn,
+                      binary_forests, child_mean, cotangents, gated_child_list, nary_forests,
+                      powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn,
                       scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
                       transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences)
 
@@ -48,6 +48,27 @@ def test_a_zoo_models_gradients_are_the_recursions(name, data, seed):
     model, make, forests = ZOO[name]
     assert_gradients_are_differences(model, data.draw(forests),
                                      make(HIDDEN, VOCAB, "float64", seed % 7), seed)
+
+
+@pytest.mark.parametrize("schedule", [rj.Schedule(unroll=2), rj.Schedule(unroll=3),
+                                      rj.Schedule(dynamic_batching=False)],
+                         ids=["unrolled by 2", "unrolled by 3", "a node a batch"])
+@few
+@given(forest=BINARY, seed=seeds)
+def test_the_forward_schedules_batches_do_not_change_the_gradients(schedule, forest, seed):
+    """An unrolled forward puts a parent and its children in one batch; the backward still
+    sees every parent before its children."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", seed % 7)
+    out, pullback = tree_lstm.vjp(forest, p, schedule=schedule)
+    _, by_height = tree_lstm.vjp(forest, p)
+    roots = tuple(cotangents([state.shape for state in out.roots], seed))
+    nodes = tuple(cotangents([state.shape for state in out.nodes], seed + 1))
+    got, expected = pullback(roots=roots, nodes=nodes), by_height(roots=roots, nodes=nodes)
+    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f"):
+        np.testing.assert_allclose(getattr(got.params, name), getattr(expected.params, name),
+                                   rtol=1e-12, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(np.asarray(got.params.E), np.asarray(expected.params.E),
+                               rtol=1e-12, atol=1e-12)
 
 
 @few

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .autodiff import Pullback, adjoint_case, tree_of_nodes
-from .codegen_cpu import CpuKernel
-from .errors import InputError, RecJitError, ScheduleError
+from .codegen_cpu import CpuBackward, CpuKernel
+from .errors import InputError, RecJitError, ScheduleError, UnsupportedError
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
-from .lowering import barriers_per_batch, choose_schedule, lower, print_kernel
+from .lowering import barriers_per_batch, choose_schedule, lower, lower_backward, print_kernel
 from .lowering.arguments import weight_shapes
 from .lowering.traffic import batch_traffic
 from .ops import filling
@@ -374,7 +374,9 @@ class RecursiveModel:
         returns the `Gradients` of the states weighted by those cotangents, with respect to
         every parameter, gathered row, float field and context argument (docs/training.md).
         The forward pass is the compiled kernel's; the backward, the adjoint of the cell IR
-        evaluated a batch at a time (on the CPU)."""
+        lowered to a kernel of its own that walks the batches roots first (on the CPU;
+        `kernel_source(grad=True)` prints it), or, for a DAG model, evaluated with NumPy a
+        batch at a time."""
         if backend != "cpu":
             raise RecJitError(f"vjp computes gradients on the CPU (backend='cpu'), not "
                               f"backend={backend!r}")
@@ -383,11 +385,9 @@ class RecursiveModel:
         forest, key, compiled, linearized = self._checked(analysis, forest, p, backend,
                                                           schedule)
         cell = compiled.cell
-        adjoints = self._adjoints.get(key)
-        if adjoints is None or adjoints[0] is not cell:
-            adjoints = (cell, {case.name: adjoint_case(case, cell.filename)
-                               for case in cell.cases})
-            self._adjoints[key] = adjoints
+        _, adjoints, backward = self._backward(key, compiled)
+        if backward is not None:
+            self._latest["cpu backward"] = backward
         if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
                                              compiled.backend_kernel.inputs(linearized))
@@ -396,8 +396,29 @@ class RecursiveModel:
             linearized, states = self._height_batched(forest, linearized, states)
         else:
             states, result = [], self._empty_result(cell)
-        return result, Pullback(cell, adjoints[1], linearized, states, p,
-                                analysis.usage.context)
+        return result, Pullback(cell, adjoints, linearized, states, p, analysis.usage.context,
+                                backward)
+
+    def _backward(self, key, compiled):
+        """(the cell, its adjoint case by name, the compiled backward kernel or None) for a
+        signature's compiled forward. A DAG model's backward is interpreted: two parents in
+        one batch would add to a shared child's cotangent at once."""
+        cell = compiled.cell
+        entry = self._adjoints.get(key)
+        if entry is None or entry[0] is not cell:
+            adjoints = {case.name: adjoint_case(case, cell.filename) for case in cell.cases}
+            backward = None
+            if self.kind != "dag":
+                try:
+                    kernel = lower_backward(cell, adjoints, compiled.schedule.row_block)
+                except UnsupportedError:
+                    kernel = None  # a construct the backward lowering does not take yet
+                if kernel is not None:
+                    fast_math = compiled.schedule.fast_math and cell.dtype == "float32"
+                    backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes)
+            entry = (cell, adjoints, backward)
+            self._adjoints[key] = entry
+        return entry
 
     def _height_batched(self, forest, linearized, states):
         """(the forest batched by height, the states in its numbering): the backward needs
@@ -474,15 +495,33 @@ class RecursiveModel:
         nodes = tuple(np.zeros((0,) + shape, dtype=cell.dtype) for shape in cell.state_shapes)
         return Result(nodes=nodes, roots=nodes)
 
+    def _backward_source(self, backend, forest, p, context):
+        if backend != "cpu":
+            raise RecJitError(f"the backward kernel runs on the CPU (backend='cpu'), not "
+                              f"backend={backend!r}")
+        if forest is not None and p is not None:
+            analysis = self.analyse()
+            key, _, compiled, _ = self._compiled_for(
+                analysis, forest, self.with_context(analysis, p, context), backend, None)
+            backward = self._backward(key, compiled)[2]
+        else:
+            backward = self._latest.get("cpu backward")
+        if backward is None:
+            raise RecJitError(f"no backward kernel has been compiled for {self.__name__}: "
+                              + ("its backward is interpreted" if forest is not None else
+                                 "call vjp(), or pass forest and p"))
+        return backward.source
+
     # reading what was generated ---------------------------------------------------------
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=(),
                 grad=False):
         """Print (and return) the cell IR, the linearized forest and the ILIR kernel; with
-        `grad=True`, the adjoint of each case too, which `vjp`'s pullback evaluates."""
+        `grad=True`, the adjoint of each case too, and the backward kernel's ILIR, which
+        `vjp`'s pullback runs (on the CPU)."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
-        _, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
-                                                            schedule)
+        key, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
+                                                              schedule)
         sizes = np.diff(linearized.batch_begin)
         text = "\n".join([
             f"== {self.__name__}: cell IR (one op list per structural case) ==",
@@ -497,16 +536,26 @@ class RecursiveModel:
             _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
             _outside_line(analysis),
-        ] + ([] if not grad else [
-            "", ("== adjoint (vjp's backward: each case's ops recomputed from the children's "
-                 "states, then these, a batch at a time, roots first) =="),
-            *(str(adjoint_case(case, compiled.cell.filename)) for case in compiled.cell.cases)]))
+        ] + ([] if not grad else self._explain_backward(key, compiled)))
         print(text, file=file)
         return text
 
-    def kernel_source(self, backend="cpu", forest=None, p=None, context=()):
+    def _explain_backward(self, key, compiled):
+        """`explain(grad=True)`'s lines: each case's adjoint and the backward's ILIR."""
+        _, adjoints, backward = self._backward(key, compiled)
+        return (["", ("== adjoint (vjp's backward: each case's ops recomputed from the "
+                      "children's states, then these, a batch at a time, roots first) ==")]
+                + [str(adjoint) for adjoint in adjoints.values()]
+                + ([] if backward is None else
+                   ["", "== backward ILIR (cpu) ==", print_kernel(backward.kernel)])
+                + [_backward_line(backward)])
+
+    def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
         """The generated source of the kernel compiled last for `backend` (or for this forest
-        and these parameters, when given)."""
+        and these parameters, when given); `grad=True`: of the backward kernel of the last
+        `vjp` (or of one for this forest and these parameters)."""
+        if grad:
+            return self._backward_source(backend, forest, p, context)
         if forest is not None and p is not None:
             return self.compile(forest, p, backend, context=context).backend_kernel.source
         if backend not in BACKENDS:
@@ -516,6 +565,14 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def _backward_line(backward):
+    if backward is None:
+        return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
+                "(a DAG's shared children would take two parents' parts at once)")
+    return ("the backward is one call of the numba parallel kernel above; the host then "
+            "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
 
 
 def _outside_line(analysis):

@@ -5,11 +5,14 @@ A node's state cotangent is complete when its batch starts: every parent of a no
 earlier batch (the batches run from the tallest nodes down), and a DAG node shared by several
 parents has had all of their contributions added. Each batch recomputes its nodes' ops from
 their children's stored states (nothing else of the forward is kept) and evaluates the
-adjoint case (`adjoint.py`) with NumPy, all the batch's nodes at once (`interpret.py`)."""
+adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
+fills a row of gradient per node for the host to reduce here, or, where no kernel was
+compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import numpy as np
 
 from ..errors import InputError
 from ..frontend.cell_ir import attribute
+from ..lowering.ilir import RowsOf
 from ..params import is_weak
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
@@ -22,16 +25,24 @@ class Pullback:
     missing or None component is zero. `per_tree`: every parameter's (and context
     argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
     the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
-    infinite cotangents first. It may be called any number of times, or never."""
+    infinite cotangents first. It may be called any number of times, or never. `compiled`:
+    the backward kernel (`codegen_cpu.CpuBackward`), or None to interpret the adjoint."""
 
-    def __init__(self, cell, adjoints, linearized, states, params, context):
+    def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None):
         self.cell = cell
         self.adjoints = adjoints  # {"leaf": AdjointCase, "internal": AdjointCase}
+        self.compiled = compiled
         self.linearized = linearized
         self.states = states
         self.params = params
         self.context = context  # the names of the context arguments, in order
         self.dtype = np.dtype(cell.dtype)
+
+    def interpreted(self):
+        """This pullback with its adjoint evaluated by NumPy (`interpret.py`), not by the
+        compiled kernel: the same gradients, a check on the kernel, and slower."""
+        return Pullback(self.cell, self.adjoints, self.linearized, self.states, self.params,
+                        self.context)
 
     def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False):
         return self.backward(roots, nodes, per_tree, check_finite).gradients(self.context)
@@ -41,6 +52,10 @@ class Pullback:
         cotangents = self.incoming(roots, nodes, check_finite)
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
+        if self.compiled is not None:
+            self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents),
+                        sink)
+            return sink
         linearized = self.linearized
         begins = linearized.batch_begin
         for batch in range(linearized.num_batches):  # roots first
@@ -50,6 +65,33 @@ class Pullback:
                 Evaluator(Batch(linearized, begin, end), self.params, linearized.fields,
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
         return sink
+
+    def reduce(self, arrays, sink):
+        """Each `GradientRows` array the backward kernel filled, into the sink: a row per
+        node (or per edge, of its parent node)."""
+        linearized, kernel = self.linearized, self.compiled.kernel
+        internal = np.arange(linearized.leaf_begin)
+        nodes_of = {RowsOf.INTERNAL: internal,
+                    RowsOf.LEAVES: np.arange(linearized.leaf_begin, linearized.num_nodes),
+                    RowsOf.EDGES: np.repeat(internal, np.diff(
+                        linearized.child_ptr[:linearized.leaf_begin + 1]))}
+        products = {}
+        for output in kernel.gradients:
+            values, nodes = arrays[output.name], nodes_of[output.rows]
+            if output.effect == "grad_param":
+                sink.param(output.attrs[0], values, nodes)
+            elif output.effect == "grad_param_outer":
+                products.setdefault(output.pair, [output.attrs[0], nodes, None, None])[
+                    2 + output.side] = values
+            elif output.effect == "grad_table":
+                table, field = output.attrs
+                row_shape = tuple(self.cell.parameters[table][1:])
+                sink.rows(table, linearized.fields[field][nodes],
+                          values.reshape((-1,) + row_shape), nodes)
+            else:
+                sink.field(output.attrs[0], nodes, values)
+        for name, nodes, a, b in products.values():
+            sink.outer(name, a, b, nodes)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
@@ -151,8 +193,13 @@ class Sink:
         if self.trees is None:
             self.add(name, a.T @ b)
             return
-        total = np.zeros((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
-        np.add.at(total, self.trees[nodes], a[:, :, None] * b[:, None, :])
+        total = np.empty((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
+        owners = self.trees[nodes]
+        order = np.argsort(owners, kind="stable")
+        bounds = np.searchsorted(owners[order], np.arange(total.shape[0] + 1))
+        for tree in range(total.shape[0]):  # one product a tree, over its rows
+            rows = order[bounds[tree]:bounds[tree + 1]]
+            total[tree] = a[rows].T @ b[rows]
         self.add(name, total)
 
     def add(self, name, total):

@@ -10,11 +10,13 @@ by column (`_column_walk`); sums over a node's children go first, each into a ro
 from ..lowering.ilir import (
     ArgumentRole,
     BinOp,
+    Call,
     Const,
     LoopRole,
     MatMul,
     StatementVisitor,
     Var,
+    nodes,
     substitute,
     walk,
 )
@@ -70,11 +72,25 @@ def minimum(a, b):
     return a if a <= b or a != a else b
 '''
 
+# The derivatives' own functions, in a backward kernel: 1 where NumPy's maximum (minimum)
+# returns its first operand, as at a tie and at a NaN there, else 0.
+PICKS = '''
+@njit(inline="always")
+def picks_first(a, b):
+    return real(1.0) if a >= b or a != a else real(0.0)
+
+
+@njit(inline="always")
+def picks_first_min(a, b):
+    return real(1.0) if a <= b or a != a else real(0.0)
+'''
+
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
          "log": "np.log({})", "relu": "maximum({}, real(0.0))", "neg": "-{}", "abs": "abs({})",
          "sqrt": "np.sqrt({})",
          "maximum": "maximum({}, {})", "minimum": "minimum({}, {})",
-         "num_children": "real({} - {})"}
+         "num_children": "real({} - {})", "sign": "np.sign({})",
+         "picks_first": "picks_first({}, {})", "picks_first_min": "picks_first_min({}, {})"}
 
 # The flags of a kernel's own arithmetic. Fast math (float32 only) lets LLVM assume no NaN or
 # infinity and reorder sums; exact kernels keep IEEE semantics and the cell's order of
@@ -255,9 +271,12 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",
              "from recjit.codegen_cpu.calls import (matmul_rows, matmul_share, pack_share,",
              f"                                      {panels})", "",
-             f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), ORDERING, "",
-             f'@njit(parallel=True, fastmath={flags}, cache=True, nogil=True, error_model="numpy")',
-             f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
+             f"real = np.{kernel.dtype}", (FAST_MATH if fast_math else EXACT_MATH), ORDERING]
+    if any(call.function.startswith("picks_first") for call in nodes(kernel.body, Call)):
+        lines.append(PICKS)
+    lines += ["",
+              f'@njit(parallel=True, fastmath={flags}, cache=True, nogil=True, error_model="numpy")',
+              f"def {kernel.name}({', '.join(['workers', *kernel.scalars, *kernel.arrays])}):"]
     lines += [f"    {view} = {array}.T  # read transposed where it lies"
               for view, array in kernel.transposed]
     lines += weight_panels(kernel, pack_from_nodes, labels)

@@ -162,6 +162,33 @@ class ArgumentRole(Enum):
     FIELD = "field"  # a field of the forest, a row per node
     PARAMETER = "parameter"  # a parameter the cell reads
     STATE = "state"  # a state the kernel writes, a row per node (or per root, gathered)
+    COTANGENT = "cotangent"  # a state's cotangent, a row per node, that the backward adds to
+    GRADIENT = "gradient"  # what the backward sends to a parameter, row or field (`GradientRows`)
+
+
+class RowsOf(Enum):
+    """What the rows of a `GradientRows` array are: where the backward's pass writes them."""
+
+    INTERNAL = "internal nodes"  # row = node, for nodes 0..leaf_begin
+    LEAVES = "leaves"  # row = node - leaf_begin
+    EDGES = "edges"  # row = edge, the child_idx position of a node's edge to a child
+
+
+@dataclass(frozen=True)
+class GradientRows:
+    """An array the backward kernel fills, a row per node or edge (`rows`), for the host to
+    reduce: an effect of an adjoint case (`autodiff.adjoint`): `effect` is its kind,
+    `attrs` its attributes (the parameter, the table and field, the field), and `side`, for
+    a weight gradient's `grad_param_outer`, which of its two vectors this is (0: a, 1: b of
+    Σ a ⊗ b; the pair shares `pair`)."""
+
+    name: str
+    effect: str
+    attrs: tuple
+    rows: RowsOf
+    size: int
+    side: int = 0
+    pair: str = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +214,7 @@ class Kernel:
     distinct_key: str = None  # the field of `leaf_distinct`/`leaf_slot`, when the kernel reads them
     transposed: tuple = ()    # (view, argument): `pT_W` is `p_W.T`, bound before anything runs
     roles: tuple = ()         # an `Argument` for each of `arrays`
+    gradients: tuple = ()     # a backward kernel's `GradientRows`, each also in `arrays`
 
     def arrays_of(self, *roles):
         """The array arguments of these roles, in the order of `arrays`."""

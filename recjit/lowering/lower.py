@@ -16,12 +16,12 @@
 - Unrolling (`Schedule(unroll=k)`): a batch of k heights is a parallel loop over subtrees, each
   computed node after node by one worker (`unrolled_batch`).
 """
-from dataclasses import replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import EACH, attribute, label
-from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If,
-                   Kernel, Let, Load, Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
+from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If, Kernel,
+                   Let, Load, Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
 from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
@@ -29,11 +29,16 @@ STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
 # The batch loop counts b down to 0; batch 0, the last, holds roots only.
 NOT_LAST_BATCH = BinOp(">", Var("b"), Const(0))
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-LOOPED_NUMBERS = ("inner", "child_sum")  # numbers computed by a loop: once a node
+LOOPED_NUMBERS = ("inner", "child_sum", "sum")  # numbers computed by a loop: once a node
 
 
 def state_name(component):
     return f"state_{component}"
+
+
+def cotangent_name(component):
+    """The backward's cotangent of state component `component`, a row per node."""
+    return f"cot_{component}"
 
 
 def field_name(name):
@@ -139,8 +144,10 @@ class ElementEmitter:
                 return BinOp(BINARY_SYMBOLS[function], left, right)
             return Call(function, (left, right))
         if kind == "slice":
-            start = op.attrs[0]
+            start = op.attrs[0] * _row_size(self.ops[op.args[0]])
             return self.element(op.args[0], add(index, start), position + start)
+        if kind in ADJOINT_KINDS:
+            return ADJOINT_KINDS[kind](self, value, op, index, position)
         if kind == "concat":
             offset = 0
             for part in op.args:
@@ -187,11 +194,108 @@ class ElementEmitter:
         return Var(total)
 
 
+def _cotangent(emitter, value, op, index, position):
+    return Load(cotangent_name(op.attrs[0]), (Var("node"), index))
+
+
+def _each_child(emitter, value, op, index, position):
+    """A value of the node's read in each child's term: the parent's element."""
+    return emitter.element(op.args[0], index, position)
+
+
+def _transpose(emitter, value, op, index, position):
+    rows, columns = op.shape
+    row, column = _unflatten(index, op.shape)
+    position_row, position_column = divmod(position, columns)
+    return emitter.element(op.args[0], add(mul(column, rows), row),
+                           position_column * rows + position_row)
+
+
+def _outer(emitter, value, op, index, position):
+    columns = op.shape[1]
+    row, column = _unflatten(index, op.shape)
+    return BinOp("*", emitter.element(op.args[0], row, position // columns),
+                 emitter.element(op.args[1], column, position % columns))
+
+
+def _pad(emitter, value, op, index, position):
+    """Zero outside rows start..stop; the segments split there, so each knows which."""
+    start, stop = (bound * _row_size(op) for bound in op.attrs)
+    if not start <= position < stop:
+        return Const(0.0)
+    return emitter.element(op.args[0], add(index, -start), position - start)
+
+
+def _sum(emitter, value, op, index, position):
+    """Σ_k x[k], one loop per segment of x."""
+    (vector,) = op.args
+    total = emitter.fresh(f"v{value}")
+    emitter.statements.append(Let(total, Const(0.0)))
+    k = f"k{value}"
+    for low, high in segments(emitter.ops, [vector], emitter.ops[vector].size):
+        terms = ElementEmitter(emitter.pass_lowering, emitter, "dot")
+        term = terms.element(vector, Var(k), low)
+        emitter.statements.append(Loop(k, Const(low), Const(high), tuple(terms.statements) + (
+            Let(total, BinOp("+", Var(total), term)),), LoopRole.DOT))
+    return Var(total)
+
+
+# The op kinds only an adjoint case has (`autodiff.adjoint`), element by element.
+ADJOINT_KINDS = {"cotangent": _cotangent, "each_child": _each_child, "transpose": _transpose,
+                 "outer": _outer, "pad": _pad, "sum": _sum}
+
+
 def over_children(body):
-    """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child."""
+    """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child. A loop
+    over the edges inside `body` (a sum over the children of a value read per child, as a
+    backward pass's cotangent is) takes the names a level deeper, `edge_1` and `child_1`, so
+    that it leaves this loop's as they were."""
     node = Var("node")
     return Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
-                (Let("child", Load("child_idx", (Var("edge"),))),) + tuple(body), LoopRole.EDGES)
+                (Let("child", Load("child_idx", (Var("edge"),))),) + _edge_loops_deeper(body),
+                LoopRole.EDGES)
+
+
+def _edge_loops_deeper(body):
+    """`body` with each loop over edges in it renamed a level deeper (`_deeper`)."""
+    result = []
+    for statement in body:
+        if isinstance(statement, Loop) and statement.role is LoopRole.EDGES:
+            statement = _deeper(statement)
+        elif isinstance(statement, Loop):
+            statement = replace(statement, body=_edge_loops_deeper(statement.body))
+        elif isinstance(statement, If):
+            statement = replace(statement, body=_edge_loops_deeper(statement.body),
+                                orelse=_edge_loops_deeper(statement.orelse))
+        result.append(statement)
+    return tuple(result)
+
+
+def _deeper(node):
+    """An edge loop's statements with every edge and child name one level deeper: `edge` is
+    `edge_1`, `child_1` is `child_2`. Inside the loop, each names its own loop's edge."""
+    if isinstance(node, tuple):
+        return tuple(_deeper(item) for item in node)
+    if isinstance(node, Var) and _is_edge_name(node.name):
+        return Var(_one_deeper(node.name))
+    if isinstance(node, Let) and _is_edge_name(node.name):
+        return Let(_one_deeper(node.name), _deeper(node.value))
+    if isinstance(node, Loop) and _is_edge_name(node.var):
+        return replace(node, var=_one_deeper(node.var), body=_deeper(node.body))
+    if is_dataclass(node):
+        return replace(node, **{field.name: _deeper(getattr(node, field.name))
+                                for field in fields(node)})
+    return node
+
+
+def _is_edge_name(name):
+    base, _, level = name.partition("_")
+    return base in ("edge", "child") and (level == "" or level.isdigit())
+
+
+def _one_deeper(name):
+    base, _, level = name.partition("_")
+    return f"{base}_{int(level or 0) + 1}"
 
 
 def _packed_index(slot, stride, row, columns, index):
@@ -228,25 +332,71 @@ def breakpoints(ops, value):
             offset += ops[part].size
         return points - {0}
     if op.kind == "slice":
-        start, stop = op.attrs
+        start, stop = (bound * _row_size(ops[op.args[0]]) for bound in op.attrs)
         return {p - start for p in breakpoints(ops, op.args[0]) if start < p < stop}
-    if op.kind in ("unary", "binary", "child_sum"):
+    if op.kind == "pad":
+        start, stop = (bound * _row_size(op) for bound in op.attrs)
+        return ({start, stop} | {p + start for p in breakpoints(ops, op.args[0])}) - {0, op.size}
+    if op.kind == "outer":
+        columns = op.shape[1]
+        inner = breakpoints(ops, op.args[1])
+        return ({p * columns for p in breakpoints(ops, op.args[0])}
+                | {row * columns + p for row in range(op.shape[0]) for p in inner}) - {0}
+    if op.kind == "transpose":
+        return _transposed_breakpoints(op.shape, breakpoints(ops, op.args[0]))
+    if op.kind in ("unary", "binary", "child_sum", "each_child"):
         return set().union(*(breakpoints(ops, a) for a in op.args if ops[a].shape != ()))
     if op.kind in ("matvec", "matmul"):
-        matrix = op.args[0]
-        inner = ops[matrix].shape[1]
+        matrix, operand = op.args
         columns = op.shape[1] if op.kind == "matmul" else 1
-        return {point // inner * columns for point in breakpoints(ops, matrix)
-                if point % inner == 0}
+        points = {row * columns for row in _rows_split(breakpoints(ops, matrix),
+                                                       ops[matrix].shape[1])}
+        splits = {point % columns for point in breakpoints(ops, operand)} - {0}
+        if splits:  # column j of the result reads column j of the operand: split where it does
+            points |= {row * columns + split for row in range(op.shape[0])
+                       for split in splits | {0}}
+        return points - {0, op.size}
     return set()
+
+
+def _rows_split(points, columns):
+    """The rows of a matrix with `columns` columns at which segments begin, for breakpoints
+    `points`: a row where one begins, and a row holding one within it by itself (with the
+    row after it), since its columns change definition where the rows around it may not."""
+    rows = set()
+    for point in points:
+        row, column = divmod(point, columns)
+        rows |= {row} if column == 0 else {row, row + 1}
+    return rows
+
+
+def _row_size(op):
+    """How many elements one row of `op`'s value holds: slices and pads of a matrix count rows."""
+    return op.size // op.shape[0] if len(op.shape) == 2 else 1
+
+
+def _transposed_breakpoints(shape, points):
+    """The breakpoints of a matrix of `shape` that is another transposed, whose own are
+    `points`: where two neighbours of the transposed come from different segments."""
+    if not points:
+        return set()
+    rows, columns = shape
+    edges = sorted(points)
+
+    def segment(position):  # of element (i, j) of the transposed: (j, i) of the original
+        row, column = divmod(position, columns)
+        original = column * rows + row
+        return sum(1 for edge in edges if edge <= original)
+
+    return {p for p in range(1, rows * columns) if segment(p) != segment(p - 1)}
 
 
 def contraction_segments(ops, matrix, operand, columns):
     """Ranges of the contraction index k over which both operands keep one definition."""
     inner = ops[matrix].shape[-1]
     points = {point % inner for point in breakpoints(ops, matrix)}
-    points |= {point // columns for point in breakpoints(ops, operand) if point % columns == 0}
-    return _ranges({0, inner} | points)
+    points |= _rows_split(breakpoints(ops, operand), columns)
+    return _ranges({0, inner} | {point for point in points if 0 < point < inner})
 
 
 def segments(ops, values, size):
@@ -357,8 +507,9 @@ class PassLowering:
                     LoopRole.NODES)
 
     def lower(self, outputs, extra_matvecs=()):
-        """Statements computing `outputs` ((value, array) pairs stored at [node, e]) and the
-        products `extra_matvecs`; returns (allocations, statements)."""
+        """Statements computing `outputs` ((value, target) pairs: a `StateRow`, or another
+        target with its own `stores`) and the products `extra_matvecs`; returns
+        (allocations, statements)."""
         matvecs = self.needed_matvecs([v for v, _ in outputs] + list(extra_matvecs))
         allocations, statements = [], []
         for phase in sorted({self.depth(m) for m in matvecs}):
@@ -386,7 +537,7 @@ class PassLowering:
         the pass is a whole batch, and the last one (roots only) multiplies nothing, since
         no parent reads its products."""
         allocations, statements = self.lower(
-            [(v, state_name(c)) for c, v in enumerate(self.case.outputs)])
+            [(v, StateRow(state_name(c))) for c, v in enumerate(self.case.outputs)])
         if projections:
             products = [Barrier("the refactored products read the states just computed")]
             products += [MatMul(param_name(projection.weight),
@@ -506,18 +657,29 @@ class PassLowering:
 
     def elementwise(self, outputs):
         by_size = {}
-        for value, array in outputs:
-            by_size.setdefault(self.case.ops[value].size, []).append((value, array))
+        for value, target in outputs:
+            by_size.setdefault(self.case.ops[value].size, []).append((value, target))
         body = []
         for size, group in by_size.items():
             values = [v for v, _ in group]
             body += self.element_loops(
                 "e", values, size,
                 lambda emitter, position, group=group: [
-                    Store(array, (Var("node"), Var("e")),
-                          emitter.element(value, Var("e"), position))
-                    for value, array in group], self.transposed_columns(values))
+                    statement for value, target in group
+                    for statement in target.stores(self, emitter, value, position)],
+                self.transposed_columns(values))
         return self.slot_loop(body)
+
+
+@dataclass(frozen=True)
+class StateRow:
+    """Where a pass puts an output: element e of the node's row of `array` (a state)."""
+
+    array: str
+
+    def stores(self, lowering, emitter, value, position):
+        return [Store(self.array, (Var("node"), Var("e")),
+                      emitter.element(value, Var("e"), position))]
 
 
 def depends_on_children(ops):
@@ -641,15 +803,20 @@ def _kernel(cell, body, scalars, structure, key):
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
                      for p in sorted(cell.parameters))
              + tuple(Argument(name, ArgumentRole.STATE) for name, _ in states))
+    return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
+                  tuple(argument.name for argument in roles), states, body, distinct_key=key,
+                  transposed=transposed_views(cell.cases, body), roles=roles)
+
+
+def transposed_views(cases, body):
+    """(view, argument) for each parameter the cases read transposed (`pT_W`, `p_W`) that
+    `body` reads."""
     read = ({load.array for load in nodes(body, Load)}
             | {product.weight for product in walk(body) if isinstance(product, MatMul)})
     views = {(param_name(op.attrs[0]), param_name(attribute(op.attrs[0])))
-             for case in cell.cases for op in case.ops
+             for case in cases for op in case.ops
              if op.kind == "param" and op.attrs[0] != attribute(op.attrs[0])}
-    return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
-                  tuple(argument.name for argument in roles), states, body, distinct_key=key,
-                  transposed=tuple(sorted(view for view in views if view[0] in read)),
-                  roles=roles)
+    return tuple(sorted(view for view in views if view[0] in read))
 
 
 def _then_unless_last_batch(statements, barrier):

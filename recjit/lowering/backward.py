@@ -1,0 +1,135 @@
+"""Lowering of the backward pass: each case's adjoint (`autodiff.adjoint`) → one ILIR kernel.
+
+The kernel walks the batches in reverse, roots first: a node's state cotangent is complete
+when its batch starts, since every parent lies in an earlier batch and has added its part.
+Each batch is one pass of the internal case's adjoint, through the same `PassLowering` as the
+forward: its products packed by weight (the forward's, recomputed from the children's stored
+states, and the transposed weights' that carry cotangents back), its elementwise ops fused in
+one loop over the elements. What a pass sends on is where the effects go:
+
+- `grad_child`: added to the child's row of the cotangent (`cot_c`). A child has one parent,
+  so no other node of the batch adds to the same row; a DAG's shared children would, and are
+  not lowered here.
+- every other effect: a row per node (per edge, for a value per child) of a `GradientRows`
+  array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
+  a and b a row per node, and is one product of the two over all nodes.
+
+After the last batch, one pass over every leaf."""
+from dataclasses import dataclass
+
+from ..frontend.cell_ir import EACH, label
+from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows, Kernel,
+                   Let, Load, Loop, LoopRole, RowsOf, Store, Var, add)
+from .lower import (SCALARS, STRUCTURE, ElementEmitter, PassLowering, cotangent_name, field_name,
+                    over_children, param_name, state_name, transposed_views)
+
+
+@dataclass(frozen=True)
+class GradientRow:
+    """Element e of row `row` of a gradient array: a value of the node's."""
+
+    array: str
+    row: object
+
+    def stores(self, lowering, emitter, value, position):
+        return [Store(self.array, (self.row, Var("e")),
+                      emitter.element(value, Var("e"), position))]
+
+
+@dataclass(frozen=True)
+class ChildCotangent:
+    """Element e of child k's cotangent, added to."""
+
+    array: str
+    child: int
+
+    def stores(self, lowering, emitter, value, position):
+        at = (lowering.child(self.child), Var("e"))
+        return [Store(self.array, at, BinOp("+", Load(self.array, at),
+                                            emitter.element(value, Var("e"), position)))]
+
+
+@dataclass(frozen=True)
+class EachChild:
+    """For each edge of the node, a value per child: added to the child's cotangent row
+    (`by_edge` False), or stored in the edge's row of a gradient array."""
+
+    array: str
+    by_edge: bool
+
+    def stores(self, lowering, emitter, value, position):
+        terms = ElementEmitter(lowering, emitter, "child")
+        term = terms.element(value, Var("e"), position)
+        at = (Var("edge") if self.by_edge else Var("child"), Var("e"))
+        if not self.by_edge:
+            term = BinOp("+", Load(self.array, at), term)
+        return [over_children(tuple(terms.statements) + (Store(self.array, at, term),))]
+
+
+EFFECT_NAMES = {"grad_param": "grad", "grad_param_outer": "grad", "grad_table": "grad",
+                "grad_field": "grad_field"}
+
+
+def effect_outputs(case, prefix, rows, row):
+    """(the pass's outputs, the `GradientRows` they fill): each effect of adjoint `case`
+    where it goes; `rows`, `row`: what a node's row of a gradient array is, and its index."""
+    outputs, gradients = [], []
+    for index, op in enumerate(case.ops):
+        if op.kind == "grad_child":
+            child, component = op.attrs
+            target = (EachChild(cotangent_name(component), False) if child == EACH
+                      else ChildCotangent(cotangent_name(component), child))
+            outputs.append((op.args[0], target))
+        elif op.kind in EFFECT_NAMES:
+            name = f"{prefix}{EFFECT_NAMES[op.kind]}_{label(op.attrs[0])}_{index}"
+            pair = name if len(op.args) > 1 else None
+            for side, value in enumerate(op.args):
+                array = name + ("_a", "_b")[side] if pair else name
+                target = EachChild(array, True) if op.per_child else GradientRow(array, row)
+                outputs.append((value, target))
+                gradients.append(GradientRows(array, op.kind, op.attrs,
+                                              RowsOf.EDGES if op.per_child else rows,
+                                              case.ops[value].size, side, pair))
+    return outputs, gradients
+
+
+def lower_backward(cell, adjoints, row_block):
+    """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..})."""
+    batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
+                                                    RowsOf.INTERNAL, Var("node"))
+    batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
+                              add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
+                              row_block, Var("max_batch_edges"))
+    allocations, statements = batch_pass.lower(batch_outputs)
+    batch_loop = Loop("b", Const(0), BinOp("-", Var("num_batches"), Const(1)), tuple(
+        [Let("begin", Load("batch_begin", (Var("b"),))),
+         Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
+        + statements
+        + [Barrier("the next batch reads the cotangents this one sent its children")]),
+        LoopRole.BATCHES)
+    leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
+                                                  Var("slot"))
+    leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
+                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
+                             row_block)
+    leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
+    body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
+             Comment("the batches of internal nodes, roots first")] + allocations
+            + [batch_loop, Comment("every leaf at once, its parents all done")]
+            + leaf_allocations + leaf_statements)
+    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients))
+
+
+def _backward_kernel(cell, adjoints, body, gradients):
+    components = range(len(cell.state_shapes))
+    roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in STRUCTURE)
+             + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
+             + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
+                     for p in sorted(cell.parameters))
+             + tuple(Argument(state_name(c), ArgumentRole.STATE) for c in components)
+             + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
+             + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
+    return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
+                  tuple(argument.name for argument in roles), (), body,
+                  transposed=transposed_views(adjoints.values(), body), roles=roles,
+                  gradients=gradients)

@@ -415,7 +415,8 @@ class RecursiveModel:
                     kernel = None  # a construct the backward lowering does not take yet
                 if kernel is not None:
                     fast_math = compiled.schedule.fast_math and cell.dtype == "float32"
-                    backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes)
+                    backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes,
+                                           compiled.schedule.row_block)
             entry = (cell, adjoints, backward)
             self._adjoints[key] = entry
         return entry

@@ -90,8 +90,11 @@ class Pullback:
                           values.reshape((-1,) + row_shape), nodes)
             else:
                 sink.field(output.attrs[0], nodes, values)
-        for name, nodes, a, b in products.values():
-            sink.outer(name, a, b, nodes)
+        for name, nodes, a_columns, b_columns in products.values():
+            if sink.trees is None:
+                sink.add(name, self.compiled.weight_gradient(a_columns, b_columns))
+            else:
+                sink.outer(name, a_columns.T, b_columns.T, nodes)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""

@@ -105,3 +105,20 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 
 
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
+
+
+@numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
+def weight_gradient(a_columns, b_columns, y, row_block, workers):
+    """y[j, i] = Σ_n a[n, i] · b[n, j], the gradient Σ a ⊗ b of a weight over every node,
+    transposed, with the kernels' own product (`matmul_share`, `a_columns` as its weight):
+    `a_columns` and `b_columns` hold a node's vector in a column, as the backward kernel
+    writes them. Its threads are the kernels' own, so it does not wait on another pool's
+    threads spinning on the same cores, as a NumPy product after a kernel did."""
+    panels = weight_panels(a_columns, True)
+    for worker in numba.prange(workers):
+        pack_share(a_columns, panels, row_block, worker, workers)
+    claimed = np.zeros(workers, dtype=np.int64)
+    starts = np.zeros(workers, dtype=np.int64)
+    for worker in numba.prange(workers):
+        matmul_share(a_columns, panels, b_columns, y, b_columns.shape[0], row_block, worker,
+                     workers, True, claimed, starts)

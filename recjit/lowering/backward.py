@@ -12,7 +12,8 @@ one loop over the elements. What a pass sends on is where the effects go:
   not lowered here.
 - every other effect: a row per node (per edge, for a value per child) of a `GradientRows`
   array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
-  a and b a row per node, and is one product of the two over all nodes.
+  a and b a column per node, and is one product of the two over all nodes, with the
+  kernels' own products (`codegen_cpu.calls.weight_gradient`).
 
 After the last batch, one pass over every leaf."""
 from dataclasses import dataclass
@@ -26,14 +27,16 @@ from .lower import (SCALARS, STRUCTURE, ElementEmitter, PassLowering, cotangent_
 
 @dataclass(frozen=True)
 class GradientRow:
-    """Element e of row `row` of a gradient array: a value of the node's."""
+    """Element e of row `row` of a gradient array, a value of the node's; with `columns`,
+    of its column `row` (a weight gradient's vectors, in the layout its product reads)."""
 
     array: str
     row: object
+    columns: bool = False
 
     def stores(self, lowering, emitter, value, position):
-        return [Store(self.array, (self.row, Var("e")),
-                      emitter.element(value, Var("e"), position))]
+        at = (Var("e"), self.row) if self.columns else (self.row, Var("e"))
+        return [Store(self.array, at, emitter.element(value, Var("e"), position))]
 
 
 @dataclass(frozen=True)
@@ -52,15 +55,19 @@ class ChildCotangent:
 @dataclass(frozen=True)
 class EachChild:
     """For each edge of the node, a value per child: added to the child's cotangent row
-    (`by_edge` False), or stored in the edge's row of a gradient array."""
+    (`by_edge` False), or stored in the edge's row of a gradient array (its column, with
+    `columns`)."""
 
     array: str
     by_edge: bool
+    columns: bool = False
 
     def stores(self, lowering, emitter, value, position):
         terms = ElementEmitter(lowering, emitter, "child")
         term = terms.element(value, Var("e"), position)
         at = (Var("edge") if self.by_edge else Var("child"), Var("e"))
+        if self.columns:
+            at = at[::-1]
         if not self.by_edge:
             term = BinOp("+", Load(self.array, at), term)
         return [over_children(tuple(terms.statements) + (Store(self.array, at, term),))]
@@ -82,10 +89,11 @@ def effect_outputs(case, prefix, rows, row):
             outputs.append((op.args[0], target))
         elif op.kind in EFFECT_NAMES:
             name = f"{prefix}{EFFECT_NAMES[op.kind]}_{label(op.attrs[0])}_{index}"
-            pair = name if len(op.args) > 1 else None
+            pair = name if len(op.args) > 1 else None  # a weight's: its product reads columns
             for side, value in enumerate(op.args):
                 array = name + ("_a", "_b")[side] if pair else name
-                target = EachChild(array, True) if op.per_child else GradientRow(array, row)
+                target = (EachChild(array, True, bool(pair)) if op.per_child
+                          else GradientRow(array, row, bool(pair)))
                 outputs.append((value, target))
                 gradients.append(GradientRows(array, op.kind, op.attrs,
                                               RowsOf.EDGES if op.per_child else rows,

@@ -180,7 +180,8 @@ class GradientRows:
     reduce: an effect of an adjoint case (`autodiff.adjoint`): `effect` is its kind,
     `attrs` its attributes (the parameter, the table and field, the field), and `side`, for
     a weight gradient's `grad_param_outer`, which of its two vectors this is (0: a, 1: b of
-    Σ a ⊗ b; the pair shares `pair`)."""
+    Σ a ⊗ b; the pair shares `pair`, and holds a row's vector in a column: shape (size, rows)
+    where the others' is (rows, size))."""
 
     name: str
     effect: str

@@ -1,64 +1,18 @@
-"""The compiled backward (`lowering.backward`): the pullback of every tree and sequence model
-runs one generated kernel, which walks the batches roots first and gives the gradients the
-adjoint gives when NumPy evaluates it (`Pullback.interpreted`), to rounding, on generated
-forests, parameters and cotangents on roots and nodes."""
+"""The compiled backward (`lowering.backward`) beyond the zoo's gradients (which
+`test_gradients.py` checks against the adjoint NumPy evaluates, in the process that compiled
+them): per-tree gradients, the DAG model's interpreted backward, and the kernel as `explain`
+and `kernel_source` show it."""
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 
-from conftest import cotangents, random_dags, seeds
-from test_gradients import CELLS, HIDDEN, VOCAB, ZOO
+from conftest import random_dags, seeds
+from test_gradients import HIDDEN, VOCAB, pullback_and_cotangents
 
 few = settings(max_examples=3)
-
-
-def assert_same_gradients(got, expected):
-    for name in sorted(vars(expected.params)):
-        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
-                                   np.asarray(getattr(expected.params, name)),
-                                   rtol=1e-10, atol=1e-12, err_msg=f"parameter {name}")
-    for name in expected.fields:
-        np.testing.assert_allclose(got.fields[name], expected.fields[name], rtol=1e-10,
-                                   atol=1e-12, err_msg=f"field {name}")
-
-
-def pullback_and_cotangents(model, forest, p, seed):
-    out, pullback = model.vjp(forest, p)
-    roots = cotangents([state.shape for state in out.roots], seed)
-    nodes = cotangents([state.shape for state in out.nodes], seed + 1)
-    single = len(roots) == 1
-    return pullback, (roots[0] if single else roots), (nodes[0] if single else nodes)
-
-
-@pytest.mark.parametrize("name", sorted(ZOO))
-@few
-@given(data=st.data(), seed=seeds)
-def test_a_zoo_models_compiled_backward_gives_the_adjoints_gradients(name, data, seed):
-    model, make, forests = ZOO[name]
-    pullback, roots, nodes = pullback_and_cotangents(
-        model, data.draw(forests), make(HIDDEN, VOCAB, "float64", seed % 7), seed)
-    assert pullback.compiled is not None
-    assert_same_gradients(pullback(roots=roots, nodes=nodes),
-                          pullback.interpreted()(roots=roots, nodes=nodes))
-
-
-@pytest.mark.parametrize("name", sorted(CELLS))
-@few
-@given(data=st.data(), seed=seeds)
-def test_a_cell_of_the_languages_constructs_gets_a_compiled_backward(name, data, seed):
-    """Child sums inside a value read per child, inner products, transposed and stacked
-    matrices: the constructs whose adjoints nest loops over children and split columns."""
-    model, make, forests = CELLS[name]
-    forest = data.draw(forests(VOCAB, max_trees=2, max_leaves=5))
-    pullback, roots, nodes = pullback_and_cotangents(model, forest, make(HIDDEN, VOCAB,
-                                                                         seed % 7), seed)
-    assert pullback.compiled is not None
-    assert_same_gradients(pullback(roots=roots, nodes=nodes),
-                          pullback.interpreted()(roots=roots, nodes=nodes))
 
 
 @few

@@ -276,3 +276,48 @@ def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
     with pytest.raises(rj.InputError, match="wrt must name a float field the cell reads or a "
                                             "table it gathers rows from, not 'W'"):
         tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")
+
+
+def assert_same_gradients(got, expected):
+    for name in sorted(vars(expected.params)):
+        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
+                                   np.asarray(getattr(expected.params, name)),
+                                   rtol=1e-10, atol=1e-12, err_msg=f"parameter {name}")
+    for name in expected.fields:
+        np.testing.assert_allclose(got.fields[name], expected.fields[name], rtol=1e-10,
+                                   atol=1e-12, err_msg=f"field {name}")
+
+
+def pullback_and_cotangents(model, forest, p, seed):
+    out, pullback = model.vjp(forest, p)
+    roots = cotangents([state.shape for state in out.roots], seed)
+    nodes = cotangents([state.shape for state in out.nodes], seed + 1)
+    single = len(roots) == 1
+    return pullback, (roots[0] if single else roots), (nodes[0] if single else nodes)
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+@few
+@given(data=st.data(), seed=seeds)
+def test_a_zoo_models_compiled_backward_gives_the_adjoints_gradients(name, data, seed):
+    model, make, forests = ZOO[name]
+    pullback, roots, nodes = pullback_and_cotangents(
+        model, data.draw(forests), make(HIDDEN, VOCAB, "float64", seed % 7), seed)
+    assert pullback.compiled is not None
+    assert_same_gradients(pullback(roots=roots, nodes=nodes),
+                          pullback.interpreted()(roots=roots, nodes=nodes))
+
+
+@pytest.mark.parametrize("name", sorted(CELLS))
+@few
+@given(data=st.data(), seed=seeds)
+def test_a_cell_of_the_languages_constructs_gets_a_compiled_backward(name, data, seed):
+    """Child sums inside a value read per child, inner products, transposed and stacked
+    matrices: the constructs whose adjoints nest loops over children and split columns."""
+    model, make, forests = CELLS[name]
+    forest = data.draw(forests(VOCAB, max_trees=2, max_leaves=5))
+    pullback, roots, nodes = pullback_and_cotangents(model, forest, make(HIDDEN, VOCAB,
+                                                                         seed % 7), seed)
+    assert pullback.compiled is not None
+    assert_same_gradients(pullback(roots=roots, nodes=nodes),
+                          pullback.interpreted()(roots=roots, nodes=nodes))

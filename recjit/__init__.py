@@ -14,8 +14,23 @@ from .schedule import Schedule
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name):
+    """`rj.torch`, imported when first used: `import recjit` needs no PyTorch."""
+    if name == "torch":
+        import importlib
+        try:
+            return importlib.import_module(".torch", __name__)
+        except ImportError as error:
+            if error.name != "torch":
+                raise
+            raise ImportError("recjit.torch needs PyTorch: pip install 'recjit[torch]'",
+                              name="torch") from None
+    raise AttributeError(f"module 'recjit' has no attribute {name!r}")
+
+
 __all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "Gradients", "InputError",
            "NodeView", "Params", "RecJitError", "RecursionPropertyError", "RecursiveModel",
-           "Result", "RowGrad", "Schedule", "ScheduleError", "ShapeError", "UnsupportedError", "concat", "exp", "log",
-           "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt",
+           "Result", "RowGrad", "Schedule", "ScheduleError", "ShapeError", "UnsupportedError",
+           "concat", "exp", "log", "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt",
            "tanh", "zeros"]

@@ -1,0 +1,162 @@
+"""recjit as a layer of a PyTorch model (`pip install recjit[torch]`; docs/torch.md).
+
+`apply(model, forest, params)` runs a recursive model on tensors and returns a `Result` whose
+`.roots` and `.nodes` are tuples of tensors, differentiable with respect to every tensor it
+was given: an `autograd.Function` whose forward is `model.vjp` and whose backward is its
+pullback. `Module(model, **initial)` holds the parameters as `nn.Parameter`s.
+
+CPU tensors go in and come out without a copy (NumPy views of the same memory). The backward
+computes on the CPU, so a CUDA tensor is refused by name; so is a second derivative, which the
+pullback does not have."""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .errors import InputError, RecJitError
+from .linearize import Forest
+from .params import Params
+
+
+@dataclass(frozen=True)
+class Result:
+    """The states of every node (`nodes`, in the forest's order) and of the roots (`roots`,
+    in the forest's root order): a tuple of tensors, one per state component."""
+
+    nodes: tuple
+    roots: tuple
+
+
+def apply(model, forest, params, fields=None, context=(), backend=None, sparse=()):
+    """The model run on `forest` with these parameters, differentiably.
+
+    `params`: {name: tensor or Python number}, every parameter the cell reads. `fields`:
+    {name: tensor} of float fields per node that replace the forest's (a tensor computed
+    upstream, `nn.Embedding` → `node.x`, whose gradient flows back into that layer).
+    `context`: the cell's arguments after `p`, tensors or numbers. `sparse`: the names of
+    tables the cell only gathers rows from whose gradient is a sparse COO tensor (as
+    `nn.Embedding(sparse=True)` gives), not a dense one."""
+    if backend not in (None, "cpu"):
+        raise RecJitError(f"recjit.torch computes gradients on the CPU (backend='cpu'), not "
+                          f"backend={backend!r}")
+    if not isinstance(forest, Forest):
+        raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
+    names = sorted(params)
+    fields = dict(fields or {})
+    inputs = ([("parameter", name, params[name]) for name in names]
+              + [("field", name, fields[name]) for name in sorted(fields)]
+              + [("context", str(position), value) for position, value in enumerate(context)])
+    tensors = [value for _, _, value in inputs if isinstance(value, torch.Tensor)]
+    for kind, name, value in inputs:
+        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
+            raise RecJitError(f"{kind} {name!r} is on {value.device}; recjit.torch computes "
+                              "on the CPU: move it with .cpu()")
+    layout = _Layout(model, forest, tuple(inputs), tuple(sparse))
+    outputs = _RecursiveFunction.apply(layout, *tensors)
+    count = len(outputs) // 2
+    return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What `_RecursiveFunction` needs besides the tensors: the model, the forest, every input
+    as (kind, name, value) in order (a tensor's value is the tensor passed beside it), and the
+    tables whose gradient is sparse."""
+
+    model: object
+    forest: Forest
+    inputs: tuple
+    sparse: tuple
+
+    def arguments(self, tensors):
+        """(Params, forest with its fields replaced, context) as NumPy views of `tensors`."""
+        values = iter(tensors)
+        params, fields, context = {}, {}, []
+        for kind, name, value in self.inputs:
+            if isinstance(value, torch.Tensor):
+                value = next(values).detach().numpy()
+            {"parameter": params, "field": fields}.get(kind, {}).update({name: value})
+            if kind == "context":
+                context.append(value)
+        forest = self.forest
+        if fields:
+            for name, value in fields.items():
+                if value.shape[:1] != (forest.num_nodes,):
+                    raise InputError(f"field {name!r} has {value.shape[:1]} rows; the forest "
+                                     f"has {forest.num_nodes} nodes")
+            forest = Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                            {**forest.fields, **fields}, forest.kind)
+        return Params(**params), forest, tuple(context)
+
+
+class _RecursiveFunction(torch.autograd.Function):
+    """forward: `model.vjp`'s result as tensors; backward: its pullback's gradients, each
+    shaped and typed as the tensor it belongs to."""
+
+    @staticmethod
+    def forward(ctx, layout, *tensors):
+        params, forest, context = layout.arguments(tensors)
+        result, pullback = layout.model.vjp(forest, params, context=context)
+        ctx.layout, ctx.pullback = layout, pullback
+        ctx.set_materialize_grads(False)
+        outputs = tuple(torch.from_numpy(np.ascontiguousarray(state))
+                        for state in result.nodes + result.roots)
+        return outputs
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, *cotangents):
+        count = len(cotangents) // 2
+        as_arrays = [None if c is None else c.detach().numpy() for c in cotangents]
+        nodes, roots = tuple(as_arrays[:count]), tuple(as_arrays[count:])
+        single = count == 1 and not ctx.pullback.cell.state_is_tuple
+        gradients = ctx.pullback(roots=roots[0] if single else roots,
+                                 nodes=nodes[0] if single else nodes)
+        return (None,) + tuple(_gradients_of(ctx.layout, gradients))
+
+
+def _gradients_of(layout, gradients):
+    """The gradient of each tensor input, in order."""
+    result = []
+    for kind, name, value in layout.inputs:
+        if not isinstance(value, torch.Tensor):
+            continue
+        if kind == "parameter":
+            gradient = getattr(gradients.params, name)
+        elif kind == "field":
+            gradient = gradients.fields[name]
+        else:
+            gradient = gradients.context[int(name)]
+        result.append(_as_tensor(gradient, value, name in layout.sparse))
+    return result
+
+
+def _as_tensor(gradient, like, sparse):
+    if hasattr(gradient, "indices") and hasattr(gradient, "values"):  # a `RowGrad`
+        if sparse:
+            return torch.sparse_coo_tensor(  # the rows are unique and sorted: coalesced
+                torch.from_numpy(gradient.indices)[None], torch.from_numpy(gradient.values),
+                like.shape, dtype=like.dtype, is_coalesced=True, check_invariants=False)
+        gradient = gradient.to_dense()
+    return torch.as_tensor(np.asarray(gradient), dtype=like.dtype).reshape(like.shape)
+
+
+class Module(torch.nn.Module):
+    """A recursive model as an `nn.Module`: `Module(model, E=..., W=..., sparse=("E",))` holds
+    a copy of each initial array as an `nn.Parameter` (so `state_dict`, `.double()`, optimizers and
+    `DistributedDataParallel` see them); `forward(forest, fields=None, context=())` returns
+    what `apply` returns."""
+
+    def __init__(self, model, sparse=(), **initial):
+        super().__init__()
+        self.model = model
+        self.sparse = tuple(sparse)
+        for name, value in initial.items():
+            self.register_parameter(name, torch.nn.Parameter(torch.tensor(np.asarray(value))))
+
+    def forward(self, forest, fields=None, context=()):
+        return apply(self.model, forest, dict(self.named_parameters()), fields, context,
+                     sparse=self.sparse)
+
+    def extra_repr(self):
+        return f"model={self.model.__name__}"

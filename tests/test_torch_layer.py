@@ -1,0 +1,194 @@
+"""recjit as a PyTorch layer (`recjit.torch`): its states are the run's, and autograd's
+gradients through it are the pullback's, for parameters, gathered tables (sparse or dense),
+fields computed upstream and context arguments."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+
+import recjit as rj
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params
+
+from conftest import nary_forests, seeds
+from test_gradients import HIDDEN, VOCAB, ZOO, fielded, kinked
+
+FORESTS = nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4)
+few = settings(max_examples=2)
+
+
+def module(dtype="float64", seed=0, sparse=()):
+    return rj.torch.Module(child_sum_tree_lstm, sparse=sparse,
+                           **vars(tree_lstm_params(HIDDEN, VOCAB, dtype, seed)))
+
+
+@few
+@given(forest=FORESTS, seed=seeds)
+def test_a_layers_states_are_the_runs(forest, seed):
+    layer = module(seed=seed % 7)
+    out = layer(forest)
+    expected = child_sum_tree_lstm.run(forest, tree_lstm_params(HIDDEN, VOCAB, "float64",
+                                                                seed % 7))
+    for got, want in zip(out.nodes + out.roots, expected.nodes + expected.roots):
+        np.testing.assert_allclose(got.detach().numpy(), want, rtol=1e-12, atol=1e-12)
+
+
+@few
+@given(forest=FORESTS, seed=seeds)
+def test_autograd_through_a_layer_gives_the_pullbacks_gradients(forest, seed):
+    layer = module(seed=seed % 7)
+    out = layer(forest)
+    rng = np.random.default_rng(seed)
+    roots, nodes = rng.normal(size=out.roots[0].shape), rng.normal(size=out.nodes[1].shape)
+    ((out.roots[0] * torch.from_numpy(roots)).sum()
+     + (out.nodes[1] * torch.from_numpy(nodes)).sum()).backward()
+    _, pullback = child_sum_tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64",
+                                                                   seed % 7))
+    expected = pullback(roots=(roots, None), nodes=(None, nodes))
+    for name, parameter in layer.named_parameters():
+        np.testing.assert_allclose(parameter.grad.numpy(),
+                                   np.asarray(getattr(expected.params, name)),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_a_gathered_tables_gradient_is_sparse_when_asked_and_dense_otherwise():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    gradients = {}
+    for sparse in ((), ("E",)):
+        layer = module(sparse=sparse)
+        layer(forest).roots[0].sum().backward()
+        gradients[sparse] = layer.E.grad
+    assert gradients[("E",)].is_sparse and not gradients[()].is_sparse
+    used = np.unique(forest.fields["word"][forest.fields["word"] >= 0])
+    assert sorted(gradients[("E",)].coalesce().indices()[0].tolist()) == used.tolist()
+    np.testing.assert_allclose(gradients[("E",)].to_dense().numpy(), gradients[()].numpy(),
+                               rtol=1e-12)
+
+
+def test_a_fields_gradient_flows_into_the_layer_that_computed_it():
+    """An `nn.Embedding` upstream makes every node's vector field `x`."""
+    forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=VOCAB)
+    rng = np.random.default_rng(0)
+    params = {name: torch.from_numpy(rng.normal(size=shape) / 2)
+              for name, shape in (("E", (VOCAB, HIDDEN)), ("W", (HIDDEN, HIDDEN)),
+                                  ("U", (HIDDEN, HIDDEN)))}
+    embedding = torch.nn.Embedding(VOCAB + 1, HIDDEN, dtype=torch.float64)
+    words = torch.from_numpy(forest.fields["word"]).clamp(min=-1) + 1  # internal nodes: row 0
+    x = embedding(words)
+    rj.torch.apply(fielded, forest, params, fields={"x": x}).roots[0].sum().backward()
+    _, pullback = fielded.vjp(rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                                        {**forest.fields, "x": x.detach().numpy()}, forest.kind),
+                              rj.Params(**{k: v.numpy() for k, v in params.items()}))
+    per_node = pullback(roots=np.ones((forest.roots.size, HIDDEN))).fields["x"]
+    expected = np.zeros((VOCAB + 1, HIDDEN))
+    np.add.at(expected, words.numpy(), per_node)
+    np.testing.assert_allclose(embedding.weight.grad.numpy(), expected, rtol=1e-10, atol=1e-12)
+
+
+def test_a_modules_state_dict_round_trips_and_double_runs_in_float64():
+    forest = rj.Forest.random_binary(2, seed=2, mean_leaves=4, vocab_size=VOCAB)
+    layer, other = module("float32", seed=0), module("float32", seed=1)
+    other.load_state_dict(layer.state_dict())
+    np.testing.assert_array_equal(other(forest).roots[0].detach().numpy(),
+                                  layer(forest).roots[0].detach().numpy())
+    assert layer.double()(forest).roots[0].dtype == torch.float64
+
+
+def test_a_second_derivative_is_refused_clearly():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    layer = module()
+    (gradient,) = torch.autograd.grad((layer(forest).roots[0] ** 2).sum(), [layer.b_f],
+                                      create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|double backward|twice"):
+        gradient.sum().backward()
+
+
+def test_a_backend_other_than_the_cpu_is_refused_naming_it():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    layer = module()
+    with pytest.raises(rj.RecJitError, match="backend='cuda'"):
+        rj.torch.apply(child_sum_tree_lstm, forest, dict(layer.named_parameters()),
+                       backend="cuda")
+
+
+def test_import_recjit_needs_no_torch_and_rj_torch_says_how_to_get_it():
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "import recjit as rj\n"
+            "try:\n    rj.torch\nexcept ImportError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert "recjit.torch needs PyTorch: pip install 'recjit[torch]'" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["tree_lstm", "child_sum_tree_lstm", "tree_gru"])
+def test_gradcheck_of_a_zoo_layer_with_respect_to_its_parameters(name):
+    model, make, _ = ZOO[name]
+    forest = rj.Forest.from_nested([((0, 1), (2, 3)), (4, 5)])
+    p = make(HIDDEN, VOCAB, "float64", 1)
+    names = sorted(vars(p))
+    tensors = [torch.tensor(getattr(p, n), requires_grad=True) for n in names]
+
+    def roots(*values):
+        return rj.torch.apply(model, forest, dict(zip(names, values))).roots[0]
+
+    assert torch.autograd.gradcheck(roots, tensors, eps=1e-6, atol=1e-6)
+
+
+def test_gradcheck_with_respect_to_a_field_and_a_context_argument():
+    forest = rj.Forest.from_nested([((0, 1), (2, 3)), (4, 5)])
+    rng = np.random.default_rng(0)
+    E, W = (torch.tensor(rng.normal(size=shape), requires_grad=True)
+            for shape in ((VOCAB, HIDDEN), (HIDDEN, HIDDEN)))
+    floor = torch.tensor(rng.normal(size=HIDDEN) * 0.3, requires_grad=True)
+    x = torch.tensor(rng.normal(size=(forest.num_nodes, HIDDEN)), requires_grad=True)
+    U = torch.tensor(rng.normal(size=(HIDDEN, HIDDEN)) / 2, requires_grad=True)
+
+    def kinked_roots(E, W, floor):
+        return rj.torch.apply(kinked, forest, {"E": E, "W": W}, context=(floor,)).roots[0]
+
+    def fielded_roots(E, W, U, x):
+        return rj.torch.apply(fielded, forest, {"E": E, "W": W, "U": U},
+                              fields={"x": x}).roots[0]
+
+    assert torch.autograd.gradcheck(kinked_roots, (E, W, floor), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(fielded_roots, (E, W / 2, U, x), eps=1e-6, atol=1e-6)
+
+
+def test_three_steps_of_training_lower_the_loss():
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 c))", "(0 (1 d) (0 (2 e) (1 f)))"])
+    layer = module(seed=4)
+    classifier = torch.nn.Linear(HIDDEN, 5, dtype=torch.float64)
+    labels = torch.from_numpy(forest.fields["label"])
+    optimizer = torch.optim.Adagrad(list(layer.parameters()) + list(classifier.parameters()),
+                                    lr=0.5)
+    losses = []
+    for _ in range(3):
+        loss = torch.nn.functional.cross_entropy(classifier(layer(forest).nodes[0]), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[2] < losses[1] < losses[0]
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda p: {**p, "W_iou": p["W_iou"][:, :2]}, "W_iou"),
+    (lambda p: {**p, "b_f": p["b_f"].int()}, "b_f"),
+    (lambda p: {k: v for k, v in p.items() if k != "U_f"}, "U_f"),
+], ids=["a wrong shape", "a wrong dtype", "a missing parameter"])
+def test_a_parameter_that_does_not_fit_the_cell_is_refused_naming_it(change, message):
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    params = {name: value.detach() for name, value in module().named_parameters()}
+    with pytest.raises(rj.RecJitError, match=message):
+        rj.torch.apply(child_sum_tree_lstm, forest, change(params))
+
+
+def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():
+    forest = rj.Forest.from_nested([(0, 1)])
+    params = {name: torch.zeros(shape, dtype=torch.float64)
+              for name, shape in (("E", (VOCAB, HIDDEN)), ("W", (HIDDEN, HIDDEN)),
+                                  ("U", (HIDDEN, HIDDEN)))}
+    with pytest.raises(rj.InputError, match="field 'x' has"):
+        rj.torch.apply(fielded, forest, params, fields={"x": torch.zeros(1, HIDDEN)})

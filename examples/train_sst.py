@@ -1,7 +1,8 @@
 """A sentiment classifier on the Stanford Sentiment Treebank: child-sum TreeLSTM (Tai et al.
-2015) as a recjit layer of a PyTorch model, a softmax over the five labels at every node.
+2015; `--cell nary`: their binary N-ary TreeLSTM) as a recjit layer of a PyTorch model, a
+softmax over the five labels at every node.
 
-    python examples/train_sst.py [--data ../shared/data/sst] [--epochs 10] [--backend torch]
+    python examples/train_sst.py [--data ../shared/data/sst] [--cell nary] [--backend torch]
 
 It trains on train with a label at every node, keeps the epoch with the best fine-grained
 root accuracy on dev, and reports fine-grained and binary root accuracy on test. Optimizer
@@ -9,11 +10,14 @@ and regularization follow Tai et al.: Adagrad (learning rate 0.05, 0.1 for the e
 weight decay 1e-4 on all but the embeddings, dropout 0.5 on the hidden states before the softmax, batches of 25 trees.
 The word vectors are random and learned (no pretrained vectors can be downloaded here), as
 the SST paper's RNTN learned its own. `--backend torch` trains the same model written in plain
-PyTorch, a level of the forest at a time, as DGL's TreeLSTM runs. Writes a JSON log and a PNG
-of loss and accuracy per epoch (`--log`)."""
+PyTorch, a level of the forest at a time, as DGL's TreeLSTM runs. `--workers 2` trains with
+DistributedDataParallel over gloo in two processes, each taking every other batch. Writes a
+JSON log and a PNG of loss and accuracy per epoch (`--log`)."""
 import argparse
+import itertools
 import json
 import os
+import socket
 import time
 
 import numpy as np
@@ -27,6 +31,24 @@ DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "ss
 LABELS = 5
 
 
+@rj.recursive_model(arity=2)
+def nary_tree_lstm(node, p):
+    """The binary N-ary TreeLSTM: a weight for each child's side, a forget gate per child."""
+    if node.is_leaf:
+        i, o, u = rj.split(p.W_iou @ p.E[node.word] + p.b_iou, 3)
+        c = rj.sigmoid(i) * rj.tanh(u)
+        return rj.sigmoid(o) * rj.tanh(c), c
+    h_left, c_left = nary_tree_lstm(node.left, p)
+    h_right, c_right = nary_tree_lstm(node.right, p)
+    i, o, u, f_left, f_right = rj.split(p.U_left @ h_left + p.U_right @ h_right + p.b_nary, 5)
+    c = rj.sigmoid(i) * rj.tanh(u) + rj.sigmoid(f_left) * c_left + rj.sigmoid(f_right) * c_right
+    return rj.sigmoid(o) * rj.tanh(c), c
+
+
+CELLS = {"childsum": (child_sum_tree_lstm, ("E", "W_iou", "U_iou", "b_iou", "U_f", "b_f")),
+         "nary": (nary_tree_lstm, ("E", "W_iou", "b_iou", "U_left", "U_right", "b_nary"))}
+
+
 def read_trees(path, vocab):
     """Each tree of a PTB file as a forest of its own, word ids from `vocab` (extended)."""
     with open(path) as lines:
@@ -34,7 +56,8 @@ def read_trees(path, vocab):
 
 
 def initial_parameters(vocab_size, embedding, hidden, seed, dtype="float32"):
-    """Tai et al.'s shapes; uniform weights of scale 1/sqrt(fan-in), N(0, 0.1²) embeddings."""
+    """Both cells' parameters in Tai et al.'s shapes; uniform weights of scale
+    1/sqrt(fan-in), N(0, 0.1²) embeddings, forget gates' biases 1."""
     rng = np.random.default_rng(seed)
 
     def uniform(*shape):
@@ -44,38 +67,57 @@ def initial_parameters(vocab_size, embedding, hidden, seed, dtype="float32"):
     arrays = {"E": rng.normal(0, 0.1, size=(vocab_size, embedding)),
               "W_iou": uniform(3 * hidden, embedding), "U_iou": uniform(3 * hidden, hidden),
               "b_iou": np.zeros(3 * hidden), "U_f": uniform(hidden, hidden),
-              "b_f": np.ones(hidden), "W_out": uniform(LABELS, hidden), "b_out": np.zeros(LABELS)}
+              "b_f": np.ones(hidden), "W_out": uniform(LABELS, hidden), "b_out": np.zeros(LABELS),
+              "U_left": uniform(5 * hidden, hidden), "U_right": uniform(5 * hidden, hidden),
+              "b_nary": np.concatenate([np.zeros(3 * hidden), np.ones(2 * hidden)])}
     return {name: value.astype(dtype) for name, value in arrays.items()}
 
 
 class RecjitTreeLSTM(torch.nn.Module):
-    """The cell compiled by recjit: a `recjit.torch.Module` of its parameters."""
+    """The cell compiled by recjit (`recjit.torch.apply`); its table `E` is an `nn.Embedding`'s
+    weight, whose gradient is sparse, so that DistributedDataParallel knows it is."""
 
-    def __init__(self, initial):
+    def __init__(self, cell, initial):
         super().__init__()
-        self.cell = rj.torch.Module(child_sum_tree_lstm, sparse=("E",),
-                                    **{k: v for k, v in initial.items() if k in CELL_PARAMETERS})
+        self.model, names = CELLS[cell]
+        self.E = torch.nn.Embedding.from_pretrained(torch.tensor(initial["E"]), freeze=False,
+                                                    sparse=True)
+        self.weights = torch.nn.ParameterDict(
+            {name: torch.nn.Parameter(torch.tensor(initial[name])) for name in names[1:]})
 
     def forward(self, forest):
-        return self.cell(forest).nodes[0]  # h of every node, in the forest's order
-
-
-CELL_PARAMETERS = ("E", "W_iou", "U_iou", "b_iou", "U_f", "b_f")
+        params = {"E": self.E.weight, **self.weights}
+        return rj.torch.apply(self.model, forest, params, sparse=("E",)).nodes[0]
 
 
 class LevelBatchedTreeLSTM(torch.nn.Module):
     """The same cell in plain PyTorch, every node of a height at once (DGL's way)."""
 
-    def __init__(self, initial):
+    def __init__(self, cell, initial):
         super().__init__()
+        self.nary = cell == "nary"
         self.E = torch.nn.Embedding.from_pretrained(torch.tensor(initial["E"]),
                                                     freeze=False, sparse=True)
-        for name in CELL_PARAMETERS[1:]:
+        for name in CELLS[cell][1][1:]:
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(initial[name])))
+
+    def internal(self, h, c, edges, parent, hidden, dtype):
+        """(i, o, u gates' sum, what the forget gates keep) of a level of internal nodes."""
+        count = int(parent[-1]) + 1
+        if self.nary:
+            left, right = edges[0::2], edges[1::2]
+            gates = h[left] @ self.U_left.T + h[right] @ self.U_right.T + self.b_nary
+            i, o, u, f_left, f_right = gates.chunk(5, dim=1)
+            kept = torch.sigmoid(f_left) * c[left] + torch.sigmoid(f_right) * c[right]
+            return torch.cat([i, o, u], dim=1), kept
+        h_sum = torch.zeros(count, hidden, dtype=dtype).index_add(0, parent, h[edges])
+        f = torch.sigmoid(h[edges] @ self.U_f.T + self.b_f)
+        kept = torch.zeros(count, hidden, dtype=dtype).index_add(0, parent, f * c[edges])
+        return h_sum @ self.U_iou.T + self.b_iou, kept
 
     def forward(self, forest):
         linearized = child_sum_tree_lstm.linearize(forest)
-        n, hidden, dtype = linearized.num_nodes, self.b_f.shape[0], self.b_f.dtype
+        n, hidden, dtype = linearized.num_nodes, self.b_iou.shape[0] // 3, self.b_iou.dtype
         h = torch.zeros(n, hidden, dtype=dtype)
         c = torch.zeros(n, hidden, dtype=dtype)
         ptr = torch.from_numpy(linearized.child_ptr)
@@ -84,19 +126,14 @@ class LevelBatchedTreeLSTM(torch.nn.Module):
         begins = linearized.batch_begin
         for batch in range(linearized.num_batches - 1, -1, -1):  # from the leaves up
             begin, end = int(begins[batch]), int(begins[batch + 1])
-            gates = self.b_iou.expand(end - begin, -1)
-            forgotten = torch.zeros(end - begin, hidden, dtype=dtype)
             if begin >= linearized.leaf_begin:
-                gates = gates + self.E(words[begin:end]) @ self.W_iou.T
+                gates = self.E(words[begin:end]) @ self.W_iou.T + self.b_iou
+                forgotten = torch.zeros(end - begin, hidden, dtype=dtype)
             else:
                 edges = children[ptr[begin]:ptr[end]]
                 parent = torch.repeat_interleave(torch.arange(end - begin),
                                                  ptr[begin + 1:end + 1] - ptr[begin:end])
-                h_sum = torch.zeros(end - begin, hidden, dtype=dtype).index_add(0, parent,
-                                                                                h[edges])
-                gates = gates + h_sum @ self.U_iou.T
-                f = torch.sigmoid(h[edges] @ self.U_f.T + self.b_f)
-                forgotten = forgotten.index_add(0, parent, f * c[edges])
+                gates, forgotten = self.internal(h, c, edges, parent, hidden, dtype)
             i, o, u = gates.chunk(3, dim=1)
             cell = torch.sigmoid(i) * torch.tanh(u) + forgotten
             c = c.index_copy(0, torch.arange(begin, end), cell)
@@ -107,9 +144,10 @@ class LevelBatchedTreeLSTM(torch.nn.Module):
 class Classifier(torch.nn.Module):
     """A TreeLSTM, dropout, and a softmax over the labels at every node."""
 
-    def __init__(self, backend, initial, dropout):
+    def __init__(self, backend, initial, dropout, cell="childsum"):
         super().__init__()
-        self.tree = (RecjitTreeLSTM if backend == "recjit" else LevelBatchedTreeLSTM)(initial)
+        self.tree = (RecjitTreeLSTM if backend == "recjit" else LevelBatchedTreeLSTM)(cell,
+                                                                                     initial)
         self.dropout = torch.nn.Dropout(dropout)
         self.out = torch.nn.Linear(initial["W_out"].shape[1], LABELS,
                                    dtype=torch.from_numpy(initial["W_out"]).dtype)
@@ -153,31 +191,41 @@ def accuracy(model, trees, size=100):
     return right / len(trees), binary_right / max(binary_count, 1)
 
 
-def train(args):
+def train(args, rank=0):
+    """Train, select on dev, test; with `args.workers` > 1, as worker `rank` of a
+    `DistributedDataParallel` group, each worker taking every `workers`-th batch (the first
+    worker evaluates, logs and reports)."""
     torch.manual_seed(args.seed)
     vocab = {}
     train_trees = read_trees(os.path.join(args.data, "train.txt"), vocab)[:args.limit]
     dev_trees = read_trees(os.path.join(args.data, "dev.txt"), vocab)
     test_trees = read_trees(os.path.join(args.data, "test.txt"), vocab)
     initial = initial_parameters(len(vocab), args.embedding, args.hidden, args.seed)
-    model = Classifier(args.backend, initial, args.dropout)
+    model = Classifier(args.backend, initial, args.dropout, args.cell)
     adagrad = optimizer(model, args.lr, args.embedding_lr, args.weight_decay)
+    trained = model
+    if args.workers > 1:
+        trained = torch.nn.parallel.DistributedDataParallel(model)
     rng = np.random.default_rng(args.seed)
     log, best, best_state = [], -1.0, None
     for epoch in range(1, args.epochs + 1):
         model.train()
         started, total, nodes = time.perf_counter(), 0.0, 0
-        progress = tqdm(batches(train_trees, args.batch, rng), desc=f"epoch {epoch}",
-                        total=-(-len(train_trees) // args.batch), unit="batch")
+        each = len(train_trees) // args.batch // args.workers  # the same count: DDP steps together
+        own = itertools.islice(batches(train_trees, args.batch, rng), rank,
+                               each * args.workers, args.workers)
+        progress = tqdm(own, desc=f"epoch {epoch}", disable=rank > 0, unit="batch", total=each)
         for forest in progress:
             loss = torch.nn.functional.cross_entropy(
-                model(forest), torch.from_numpy(forest.fields["label"]), reduction="sum")
+                trained(forest), torch.from_numpy(forest.fields["label"]), reduction="sum")
             adagrad.zero_grad()
             (loss / forest.roots.size).backward()
             adagrad.step()
             total, nodes = total + loss.item(), nodes + forest.num_nodes
             progress.set_postfix(loss=f"{total / nodes:.3f}")
         seconds = time.perf_counter() - started
+        if rank > 0:
+            continue
         dev_fine, dev_binary = accuracy(model, dev_trees)
         log.append({"epoch": epoch, "loss_per_node": total / nodes, "seconds": seconds,
                     "dev_fine": dev_fine, "dev_binary": dev_binary})
@@ -185,11 +233,41 @@ def train(args):
               f"fine-grained {dev_fine:.4f}, binary {dev_binary:.4f}")
         if dev_fine > best:
             best, best_state = dev_fine, {k: v.clone() for k, v in model.state_dict().items()}
+    if rank > 0:
+        return None
     model.load_state_dict(best_state)
     test_fine, test_binary = accuracy(model, test_trees)
     print(f"test (the epoch best on dev): fine-grained {test_fine:.4f}, binary {test_binary:.4f}")
     return {"arguments": vars(args), "epochs": log, "test_fine": test_fine,
             "test_binary": test_binary, "best_dev_fine": best}
+
+
+def worker(rank, args, port):
+    """One process of `--workers`: one thread each (the workers share the cores), gloo."""
+    import numba
+    numba.set_num_threads(1)
+    torch.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=args.workers)
+    try:
+        record = train(args, rank)
+        if record is not None:
+            write(record, args.log)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def write(record, log):
+    with open(log + ".json", "w") as handle:
+        json.dump(record, handle, indent=1)
+    plot(record, log + ".png")
+    print(f"wrote {log}.json and {log}.png")
 
 
 def plot(record, path):
@@ -213,6 +291,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=DATA, help="directory of train.txt, dev.txt, test.txt")
     parser.add_argument("--backend", default="recjit", choices=["recjit", "torch"])
+    parser.add_argument("--cell", default="childsum", choices=sorted(CELLS))
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--batch", type=int, default=25)
     parser.add_argument("--embedding", type=int, default=300)
@@ -223,13 +302,14 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.5)
     parser.add_argument("--limit", type=int, default=None, help="train on the first N trees")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--workers", type=int, default=1,
+                        help="processes training with DistributedDataParallel (gloo)")
     parser.add_argument("--log", default="train_sst", help="writes LOG.json and LOG.png")
     args = parser.parse_args()
-    record = train(args)
-    with open(args.log + ".json", "w") as handle:
-        json.dump(record, handle, indent=1)
-    plot(record, args.log + ".png")
-    print(f"wrote {args.log}.json and {args.log}.png")
+    if args.workers > 1:
+        torch.multiprocessing.spawn(worker, args=(args, free_port()), nprocs=args.workers)
+    else:
+        write(train(args), args.log)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 TreeLSTM compiled by recjit inside PyTorch and the same cell in plain PyTorch, a level at a
 time, give the same losses step after step (float64, no dropout)."""
 import numpy as np
+import pytest
 import torch
 
 import recjit as rj
@@ -11,9 +12,9 @@ TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2
          "(4 (3 (3 a) (4 (2 b) (4 i))) (2 j))"]
 
 
-def losses(backend, forest, initial, steps):
+def losses(backend, cell, forest, initial, steps):
     torch.manual_seed(0)
-    model = Classifier(backend, initial, dropout=0.0)
+    model = Classifier(backend, initial, dropout=0.0, cell=cell)
     adagrad = optimizer(model, lr=0.05, embedding_lr=0.1, weight_decay=1e-4)
     labels = torch.from_numpy(forest.fields["label"])
     result = []
@@ -26,10 +27,12 @@ def losses(backend, forest, initial, steps):
     return result
 
 
-def test_recjit_and_plain_pytorch_give_the_same_losses_step_after_step():
+@pytest.mark.parametrize("cell", ["childsum", "nary"])
+def test_recjit_and_plain_pytorch_give_the_same_losses_step_after_step(cell):
     vocab = {}
     forest = rj.Forest.from_ptb(TREES, vocab=vocab)
     initial = initial_parameters(len(vocab), 4, 3, seed=0, dtype="float64")
-    recjit_losses = losses("recjit", forest, initial, 3)
-    np.testing.assert_allclose(recjit_losses, losses("torch", forest, initial, 3), rtol=1e-9)
+    recjit_losses = losses("recjit", cell, forest, initial, 3)
+    np.testing.assert_allclose(recjit_losses, losses("torch", cell, forest, initial, 3),
+                               rtol=1e-9)
     assert recjit_losses[2] < recjit_losses[0]

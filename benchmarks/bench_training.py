@@ -1,0 +1,389 @@
+"""The training benchmark (docs/training.md): a training step of child-sum TreeLSTM on SST, in
+recjit and in the frameworks a user would train it with, in one process, from the same initial
+parameters, each checked to give the same first loss.
+
+    python benchmarks/bench_training.py [--data ../shared/data/sst] [--quick] [--machine NAME]
+
+A step: the forward pass over a batch of 25 SST train trees (embeddings X=300, hidden H=150,
+float32), a softmax over the 5 labels at every node's h and its summed cross-entropy, the
+backward pass, and an Adagrad update. Contestants:
+
+- recjit: `model.vjp`, the loss and its gradient with NumPy, the pullback, Adagrad with NumPy
+  (a gathered table's rows only);
+- recjit in PyTorch: `examples/train_sst.py`'s classifier (a `recjit.torch.Module`), PyTorch's
+  loss and Adagrad;
+- PyTorch level-batched: the same classifier with the cell in plain PyTorch, a level at a
+  time, as DGL runs it (sparse embedding, Adagrad);
+- PyTorch per tree: the cell applied node by node, the recursion as a user writes it;
+- DyNet autobatch: one graph for the batch, `dy.AdagradTrainer`.
+
+Also: the pullback against the forward run (TreeLSTM h256, 10 trees, Cortex's inference
+setting), VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients against one
+batch gradient and against a PyTorch loop of per-tree backward passes, the jacobian of each
+root's h with respect to the leaves' embeddings against a loop of pullbacks, and the memory
+the backward keeps. Writes benchmarks/results/training-<machine>.json and .md. This is a
+benchmark, never a test: nothing here asserts a timing."""
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+
+import numba
+import numpy as np
+import torch
+
+import recjit as rj
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
+
+from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
+from peers.torch_peers import TorchOps  # noqa: E402
+from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
+from tree_lstm import child_sum_tree_lstm  # noqa: E402
+
+DATA = os.path.join(HERE, "..", "..", "shared", "data", "sst")
+LR, EMBEDDING_LR, EPSILON = 0.05, 0.1, 1e-10  # Adagrad as train_sst.py sets it (no decay)
+CELL_PARAMETERS = CELLS["childsum"][1]
+
+
+def median_ms(step, batches, rounds):
+    """Median ms of a step over the batches, `rounds` times, after one warm-up step."""
+    step(batches[0])
+    times = []
+    for _ in range(rounds):
+        for forest in batches:
+            started = time.perf_counter()
+            step(forest)
+            times.append(time.perf_counter() - started)
+    return 1e3 * float(np.median(times))
+
+
+# recjit, with NumPy around it ------------------------------------------------------------
+class RecjitStep:
+    """One training step: vjp, the loss and its gradient with NumPy, the pullback, Adagrad."""
+
+    def __init__(self, initial):
+        self.params = {name: initial[name].copy() for name in CELL_PARAMETERS}
+        self.W_out, self.b_out = initial["W_out"].copy(), initial["b_out"].copy()
+        self.squares = {name: np.zeros_like(value) for name, value in self.params.items()}
+        self.squares_out = (np.zeros_like(self.W_out), np.zeros_like(self.b_out))
+
+    def loss_and_pullback(self, forest):
+        out, pullback = child_sum_tree_lstm.vjp(forest, rj.Params(**self.params))
+        h = out.nodes[0]
+        logits = h @ self.W_out.T + self.b_out
+        logits -= logits.max(axis=1, keepdims=True)
+        probabilities = np.exp(logits)
+        probabilities /= probabilities.sum(axis=1, keepdims=True)
+        labels = forest.fields["label"]
+        rows = np.arange(labels.size)
+        loss = -np.log(probabilities[rows, labels]).sum()
+        probabilities[rows, labels] -= 1  # d loss / d logits
+        return loss, h, probabilities, pullback
+
+    def __call__(self, forest):
+        loss, h, d_logits, pullback = self.loss_and_pullback(forest)
+        gradients = pullback(nodes=(d_logits @ self.W_out, None))
+        self.adagrad(self.W_out, self.squares_out[0], d_logits.T @ h, LR)
+        self.adagrad(self.b_out, self.squares_out[1], d_logits.sum(axis=0), LR)
+        for name, value in self.params.items():
+            gradient = getattr(gradients.params, name)
+            if isinstance(gradient, rj.RowGrad):
+                rows = gradient.indices
+                squares = self.squares[name][rows] + gradient.values ** 2
+                self.squares[name][rows] = squares
+                value[rows] -= EMBEDDING_LR * gradient.values / (np.sqrt(squares) + EPSILON)
+            else:
+                self.adagrad(value, self.squares[name], gradient, LR)
+        return loss
+
+    @staticmethod
+    def adagrad(value, squares, gradient, lr):
+        squares += gradient * gradient
+        value -= lr * gradient / (np.sqrt(squares) + EPSILON)
+
+
+# PyTorch ---------------------------------------------------------------------------------
+class TorchStep:
+    """train_sst.py's classifier, recjit's cell or plain PyTorch's, with PyTorch's Adagrad."""
+
+    def __init__(self, backend, initial):
+        self.model = Classifier(backend, initial, dropout=0.0)
+        self.adagrad = optimizer(self.model, LR, EMBEDDING_LR, 0.0)
+
+    def __call__(self, forest):
+        loss = torch.nn.functional.cross_entropy(
+            self.model(forest), torch.from_numpy(forest.fields["label"]), reduction="sum")
+        self.adagrad.zero_grad()
+        loss.backward()
+        self.adagrad.step()
+        return loss.item()
+
+
+class EmbeddingOps(TorchOps):
+    row = staticmethod(lambda table, index: table(torch.tensor(int(index))))
+
+
+class PerTreeStep:
+    """The cell applied node by node with PyTorch's autograd: the recursion as a user writes
+    it, every node of the batch in one graph, one backward."""
+
+    def __init__(self, initial):
+        self.E = torch.nn.Embedding.from_pretrained(torch.tensor(initial["E"]), freeze=False,
+                                                    sparse=True)
+        self.p = type("P", (), {})()
+        self.p.E = self.E
+        weights = {name: torch.nn.Parameter(torch.tensor(initial[name]))
+                   for name in CELL_PARAMETERS[1:]}
+        for name, value in weights.items():
+            setattr(self.p, name, value)
+        self.out = torch.nn.Linear(initial["W_out"].shape[1], 5)
+        with torch.no_grad():
+            self.out.weight.copy_(torch.tensor(initial["W_out"]))
+            self.out.bias.copy_(torch.tensor(initial["b_out"]))
+        self.adagrad = torch.optim.Adagrad(
+            [{"params": list(weights.values()) + list(self.out.parameters())},
+             {"params": [self.E.weight], "lr": EMBEDDING_LR}], lr=LR)
+
+    def node_states(self, forest):
+        """Every node's h, in the forest's order (children computed first)."""
+        from peers.cells import EagerNode
+        from peers.levels import children_first
+        memo = {}
+        for node in children_first(forest):
+            memo[node] = peer_tree_lstm(EmbeddingOps, self.p,
+                                        EagerNode(forest, node, memo, forest.fields))
+        return torch.stack([memo[node][0] for node in range(forest.num_nodes)])
+
+    def __call__(self, forest):
+        loss = torch.nn.functional.cross_entropy(
+            self.out(self.node_states(forest)), torch.from_numpy(forest.fields["label"]),
+            reduction="sum")
+        self.adagrad.zero_grad()
+        loss.backward()
+        self.adagrad.step()
+        return loss.item()
+
+
+# DyNet -----------------------------------------------------------------------------------
+class DynetStep:
+    """One graph for the batch's nodes, DyNet's autobatching, `dy.AdagradTrainer`."""
+
+    def __init__(self, initial):
+        import dynet_config
+        dynet_config.set(autobatch=1, mem=2048)
+        import dynet as dy
+        from peers.cells import EagerNode
+        from peers.dynet_peers import DynetOps
+        from peers.levels import children_first
+        self.dy, self.ops, self.node, self.order = dy, DynetOps, EagerNode, children_first
+        self.collection = dy.ParameterCollection()
+        self.p = type("P", (), {})()
+        self.p.E = self.collection.lookup_parameters_from_numpy(initial["E"])
+        for name in CELL_PARAMETERS[1:] + ("W_out", "b_out"):
+            setattr(self.p, name, self.collection.add_parameters(
+                initial[name].shape, init=dy.NumpyInitializer(initial[name])))
+        self.trainer = dy.AdagradTrainer(self.collection, learning_rate=LR, eps=EPSILON)
+
+    def __call__(self, forest):
+        dy = self.dy
+        dy.renew_cg()
+        memo, losses = {}, []
+        labels = forest.fields["label"]
+        for node in self.order(forest):
+            memo[node] = peer_tree_lstm(self.ops, self.p,
+                                        self.node(forest, node, memo, forest.fields))
+            logits = self.p.W_out * memo[node][0] + self.p.b_out
+            losses.append(dy.pickneglogsoftmax(logits, int(labels[node])))
+        loss = dy.esum(losses)
+        value = loss.value()
+        loss.backward()
+        self.trainer.update()
+        return value
+
+
+# the measurements -----------------------------------------------------------------------
+def sst_lines(path, count):
+    with open(path) as handle:
+        return [line for line in handle if line.strip()][:count]
+
+
+def sst_batches(lines, size, vocab):
+    return [rj.Forest.from_ptb(lines[i:i + size], vocab=vocab)
+            for i in range(0, len(lines) - size + 1, size)]
+
+
+def training_steps(batches, initial, rounds):
+    """{contestant: median ms a step}, and each one's first loss."""
+    makers = {"recjit": lambda: RecjitStep(initial),
+              "recjit in pytorch": lambda: TorchStep("recjit", initial),
+              "pytorch level-batched": lambda: TorchStep("torch", initial),
+              "pytorch per tree": lambda: PerTreeStep(initial),
+              "dynet autobatch": lambda: DynetStep(initial)}
+    rows = {}
+    for name, make in makers.items():
+        try:
+            first_loss = float(make()(batches[0]))
+            rows[name] = {"first loss": first_loss,
+                          "ms": median_ms(make(), batches, rounds)}
+        except ImportError as error:
+            rows[name] = {"absent": str(error)}
+        print(f"  {name}: {rows[name]}", flush=True)
+    return rows
+
+
+def pullback_against_run(hidden, batch, repeat):
+    """(run ms, pullback ms, vjp ms) for TreeLSTM on `batch` generated SST-like trees."""
+    from tree_lstm import make_params, tree_lstm
+    p = make_params(hidden, 1000, "float32", 0)
+    forest = rj.Forest.random_binary(batch, seed=1, vocab_size=1000)
+    out, pullback = tree_lstm.vjp(forest, p)
+    roots = tuple(np.ones_like(state) for state in out.roots)
+    run = median_ms(lambda _: tree_lstm.run(forest, p), [None] * repeat, 1)
+    back = median_ms(lambda _: pullback(roots=roots), [None] * repeat, 1)
+    whole = median_ms(lambda _: tree_lstm.vjp(forest, p)[1](roots=roots), [None] * repeat, 1)
+    return {"run ms": run, "pullback ms": back, "vjp and pullback ms": whole,
+            "pullback / run": back / run}
+
+
+def per_tree_rows(lines, vocab, initial, rounds):
+    """Per-tree gradients of 25 trees against one batch gradient, and against PyTorch
+    backward passes tree by tree."""
+    step = RecjitStep(initial)
+    forest = rj.Forest.from_ptb(lines, vocab=vocab)
+    _, _, d_logits, pullback = step.loss_and_pullback(forest)
+    cotangent = (d_logits @ step.W_out, None)
+    batch = median_ms(lambda _: pullback(nodes=cotangent), [None] * rounds, 1)
+    per_tree = median_ms(lambda _: pullback(nodes=cotangent, per_tree=True), [None] * rounds, 1)
+    model = Classifier("torch", initial, dropout=0.0)
+    trees = [rj.Forest.from_ptb([line], vocab=vocab) for line in lines]
+
+    def torch_loop(_):
+        for tree in trees:
+            model.zero_grad()
+            torch.nn.functional.cross_entropy(model(tree), torch.from_numpy(
+                tree.fields["label"]), reduction="sum").backward()
+
+    loop = median_ms(torch_loop, [None] * max(2, rounds // 4), 1)
+    return {"batch gradient ms": batch, "per-tree gradients ms": per_tree,
+            "per-tree / batch": per_tree / batch, "pytorch per-tree loop ms": loop,
+            "pytorch loop / recjit per-tree": loop / per_tree}
+
+
+def jacobian_rows(batches, initial, rounds):
+    """The jacobian of every root's h (H outputs) with respect to the leaves' embeddings."""
+    params = rj.Params(**{name: initial[name] for name in CELL_PARAMETERS})
+    forest = batches[0]
+    jacobian = median_ms(lambda _: child_sum_tree_lstm.jacobian(forest, params, wrt="E"),
+                         [None] * max(2, rounds // 4), 1)
+    out, pullback = child_sum_tree_lstm.vjp(forest, params)
+    hidden = out.roots[0].shape[1]
+
+    def loop(_):
+        for element in range(hidden):
+            unit = np.zeros_like(out.roots[0])
+            unit[:, element] = 1
+            pullback.backward(roots=(unit, None))
+
+    looped = median_ms(loop, [None] * 2, 1)
+    return {"jacobian ms": jacobian, "pullback loop ms": looped,
+            "loop / jacobian": looped / jacobian}
+
+
+def backward_memory(forest, initial):
+    """Bytes the backward allocates beyond the forward's states, against the forward's states
+    plus the gradients."""
+    params = rj.Params(**{name: initial[name] for name in CELL_PARAMETERS})
+    out, pullback = child_sum_tree_lstm.vjp(forest, params)
+    states = sum(state.nbytes for state in out.nodes)
+    gradients = sum(value.nbytes for name, value in vars(params).items() if name != "E")
+    kernel = pullback.compiled.kernel
+    linearized = pullback.linearized
+    rows = {"internal nodes": linearized.leaf_begin,
+            "leaves": linearized.num_nodes - linearized.leaf_begin,
+            "edges": int(linearized.child_ptr[linearized.leaf_begin])}
+    itemsize = np.dtype(kernel.dtype).itemsize
+    kept = sum(rows[output.rows.value] * output.size * itemsize for output in kernel.gradients)
+    return {"forward states bytes": states, "dense gradients bytes": gradients,
+            "cotangents bytes": states, "per-node rows bytes": kept,
+            "backward / (forward + gradients)": (2 * states + kept + gradients)
+            / (states + gradients)}
+
+
+def markdown(results):
+    lines = [f"# recjit training benchmark: {results['machine']}", "",
+             f"{results['cpu']}; {results['versions']}", "",
+             ("## A training step (child-sum TreeLSTM, X=300, H=150, float32, 25 SST train "
+              "trees)"), "", "| contestant | ms a step | first loss | recjit is faster |",
+             "|---|---|---|---|"]
+    steps = results["training step"]
+    ours = steps["recjit"].get("ms")
+    for name, row in steps.items():
+        if "absent" in row:
+            lines.append(f"| {name} | absent: {row['absent']} | | |")
+            continue
+        lines.append(f"| {name} | {row['ms']:.2f} | {row['first loss']:.4f} | "
+                     f"{row['ms'] / ours:.2f}x |")
+    lines += ["", "## VPPS's setting (X=H=256)", "", "| batch | contestant | ms a step |",
+              "|---|---|---|"]
+    for batch, rows in results["vpps"].items():
+        for name, row in rows.items():
+            lines.append(f"| {batch} | {name} | {row.get('ms', 'absent')} |")
+    for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
+                  "jacobian", "memory"):
+        lines += ["", f"## {title}", ""]
+        lines += [f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}"
+                  for key, value in results[title].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=DATA)
+    parser.add_argument("--quick", action="store_true", help="fewer batches and rounds")
+    parser.add_argument("--machine", default=f"cpu-{os.cpu_count()}core")
+    args = parser.parse_args()
+    count, rounds = (2, 2) if args.quick else (8, 3)
+    vocab = {}
+    lines = sst_lines(os.path.join(args.data, "train.txt"), count * 25)
+    batches = sst_batches(lines, 25, vocab)
+    results = {"machine": args.machine,
+               "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+               "versions": {"python": platform.python_version(), "numpy": np.__version__,
+                            "numba": numba.__version__, "torch": torch.__version__,
+                            "recjit": rj.__version__}}
+    print("a training step, X=300, H=150, 25 trees:", flush=True)
+    results["training step"] = training_steps(
+        batches, initial_parameters(len(vocab), 300, 150, seed=0), rounds)
+    results["vpps"] = {}
+    for size in (1, 10, 25):
+        print(f"VPPS's setting, X=H=256, batches of {size}:", flush=True)
+        vpps = sst_batches(lines[:count * size], size, vocab)
+        initial = initial_parameters(len(vocab), 256, 256, seed=0)
+        results["vpps"][size] = {
+            name: {"ms": median_ms(make(), vpps, rounds)}
+            for name, make in (("recjit", lambda initial=initial: RecjitStep(initial)),
+                               ("pytorch level-batched",
+                                lambda initial=initial: TorchStep("torch", initial)))}
+        print(f"  {results['vpps'][size]}", flush=True)
+    results["pullback against run (TreeLSTM h256, 10 trees)"] = pullback_against_run(
+        256, 10, 20 if args.quick else 50)
+    initial = initial_parameters(len(vocab), 300, 150, seed=0)
+    results["per-tree gradients"] = per_tree_rows(lines[:25], vocab, initial,
+                                                  4 if args.quick else 12)
+    results["jacobian"] = jacobian_rows(batches, initial, 4 if args.quick else 8)
+    results["memory"] = backward_memory(batches[0], initial)
+    base = os.path.join(HERE, "results", f"training-{args.machine}")
+    with open(base + ".json", "w") as handle:
+        json.dump(results, handle, indent=1)
+    with open(base + ".md", "w") as handle:
+        handle.write(markdown(results))
+    print(markdown(results))
+    print(f"wrote {base}.json and {base}.md")
+
+
+if __name__ == "__main__":
+    main()

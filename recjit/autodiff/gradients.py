@@ -19,10 +19,12 @@ class RowGrad:
         """The rows of `indices` (repeated as often as gathered) with their `values` summed."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         values = np.asarray(values, dtype=dtype).reshape((indices.size,) + tuple(shape[1:]))
-        unique, position = np.unique(indices, return_inverse=True)
-        totals = np.zeros((unique.size,) + tuple(shape[1:]), dtype=dtype)
-        np.add.at(totals, position, values)
-        return cls(unique, totals, shape)
+        if indices.size == 0:
+            return cls(indices, np.zeros((0,) + tuple(shape[1:]), dtype=dtype), shape)
+        order = np.argsort(indices, kind="stable")  # a row's values together, in their order
+        ordered = indices[order]
+        starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
+        return cls(ordered[starts], np.add.reduceat(values[order], starts, axis=0), shape)
 
     @property
     def dtype(self):

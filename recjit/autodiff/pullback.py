@@ -110,8 +110,11 @@ class Pullback:
                 if values is None:
                     continue
                 values = self.checked(what, component, values, (count,) + shapes[component],
-                                      check_finite)
-                np.add.at(cotangents[component], rows, values.reshape(count, -1))
+                                      check_finite).reshape(count, -1)
+                if what == "nodes":  # a row each: `new_of_old` is a permutation
+                    cotangents[component][rows] += values
+                else:  # a forest may list a root twice
+                    np.add.at(cotangents[component], rows, values)
         return cotangents
 
     def components(self, what, given):

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from ..frontend.cell_ir import EACH, label
 from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows, Kernel,
                    Let, Load, Loop, LoopRole, RowsOf, Store, Var, add)
-from .lower import (SCALARS, STRUCTURE, ElementEmitter, PassLowering, cotangent_name, field_name,
-                    over_children, param_name, state_name, transposed_views)
+from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
+                    state_name, transposed_views)
 
 
 @dataclass(frozen=True)
@@ -56,21 +56,20 @@ class ChildCotangent:
 class EachChild:
     """For each edge of the node, a value per child: added to the child's cotangent row
     (`by_edge` False), or stored in the edge's row of a gradient array (its column, with
-    `columns`)."""
+    `columns`). The pass's loop over the edges holds every such store (`each_child`)."""
 
     array: str
     by_edge: bool
     columns: bool = False
+    each_child = True
 
-    def stores(self, lowering, emitter, value, position):
-        terms = ElementEmitter(lowering, emitter, "child")
-        term = terms.element(value, Var("e"), position)
+    def store(self, term):
         at = (Var("edge") if self.by_edge else Var("child"), Var("e"))
         if self.columns:
             at = at[::-1]
         if not self.by_edge:
             term = BinOp("+", Load(self.array, at), term)
-        return [over_children(tuple(terms.statements) + (Store(self.array, at, term),))]
+        return Store(self.array, at, term)
 
 
 EFFECT_NAMES = {"grad_param": "grad", "grad_param_outer": "grad", "grad_table": "grad",
@@ -107,7 +106,7 @@ def lower_backward(cell, adjoints, row_block):
                                                     RowsOf.INTERNAL, Var("node"))
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
-                              row_block, Var("max_batch_edges"))
+                              row_block, Var("max_batch_edges"), children_inside=True)
     allocations, statements = batch_pass.lower(batch_outputs)
     batch_loop = Loop("b", Const(0), BinOp("-", Var("num_batches"), Const(1)), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),

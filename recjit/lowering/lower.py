@@ -414,8 +414,13 @@ class PassLowering:
     matrix products, then the fused elementwise loop that stores the outputs."""
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
-                 edge_capacity=None, distinct=None, first_node=None):
+                 edge_capacity=None, distinct=None, first_node=None, children_inside=False):
         self.cell = cell
+        # Values per child packed inside each element loop, a loop over the edges within it,
+        # not the element loops inside a loop over the edges: the node's own values (a
+        # backward pass's cotangents, themselves sums over the children) are then computed
+        # once an element, not once an edge.
+        self.children_inside = children_inside
         self.first_node = first_node or Var("begin")  # the pass's first node: its edges begin there
         self.case = case
         self.row_block = row_block
@@ -579,12 +584,18 @@ class PassLowering:
                     else Var(self.product_slot))
             row = 0
             for (product, operand), (columns,) in zip(uses, widths):
-                (edge_packs if per_child else node_packs).extend(self.element_loops(
-                    "k", [operand], inner * columns,
-                    lambda emitter, position, operand=operand, row=row, x=x, stride=stride,
-                    slot=slot, columns=columns: [Store(x, _packed_index(
-                        slot, stride, row, columns, Var("k")), emitter.element(
-                        operand, Var("k"), position))], columns if columns > 1 else 0))
+                def pack(emitter, position, operand=operand, row=row, x=x, stride=stride,
+                         slot=slot, columns=columns, per_child=per_child):
+                    at = _packed_index(slot, stride, row, columns, Var("k"))
+                    if per_child and self.children_inside:
+                        return for_each_child(self, emitter, position, "k", [
+                            (operand, lambda term, at=at, x=x: Store(x, at, term))])
+                    return [Store(x, at, emitter.element(operand, Var("k"), position))]
+
+                self.uses_edges |= per_child
+                inside = per_child and not self.children_inside
+                (edge_packs if inside else node_packs).extend(self.element_loops(
+                    "k", [operand], inner * columns, pack, columns if columns > 1 else 0))
                 self.locations[product] = (y, stride, row, slot, columns)
                 row += columns
             count = Var("num_edges") if per_child else self.product_count
@@ -664,11 +675,32 @@ class PassLowering:
             values = [v for v, _ in group]
             body += self.element_loops(
                 "e", values, size,
-                lambda emitter, position, group=group: [
-                    statement for value, target in group
-                    for statement in target.stores(self, emitter, value, position)],
+                lambda emitter, position, group=group: self.stores(group, emitter, position),
                 self.transposed_columns(values))
         return self.slot_loop(body)
+
+    def stores(self, group, emitter, position):
+        """The statements that put each (value, target) of `group` at element e; the targets
+        with a value per child (`each_child`) share one loop over the edges."""
+        statements, each_child = [], []
+        for value, target in group:
+            if getattr(target, "each_child", False):
+                each_child.append((value, target.store))
+            else:
+                statements += target.stores(self, emitter, value, position)
+        if each_child:
+            statements += for_each_child(self, emitter, position, "e", each_child)
+        return statements
+
+
+def for_each_child(lowering, emitter, position, element, stores):
+    """A loop over the node's edges inside an element loop (over `element`): each (value,
+    store) of `stores` gives the store of its value's element for each child, computed once
+    an edge by a child emitter whose parent computes the node's own values, once an
+    element."""
+    terms = ElementEmitter(lowering, emitter, "child")
+    body = [store(terms.element(value, Var(element), position)) for value, store in stores]
+    return [over_children(tuple(terms.statements) + tuple(body))]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,11 @@ setting), VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients 
 batch gradient and against a PyTorch loop of per-tree backward passes, the jacobian of each
 root's h with respect to the leaves' embeddings against a loop of pullbacks, and the memory
 the backward keeps. Writes benchmarks/results/training-<machine>.json and .md. This is a
-benchmark, never a test: nothing here asserts a timing."""
+benchmark, never a test: nothing here asserts a timing.
+
+NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit step's loss
+gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores
+recjit's kernels need (docs/training.md: 59 ms a step instead of 13 on 2 cores)."""
 import argparse
 import json
 import os
@@ -30,11 +34,13 @@ import platform
 import sys
 import time
 
-import numba
-import numpy as np
-import torch
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
-import recjit as rj
+import numba  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import recjit as rj  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
@@ -331,7 +337,8 @@ def markdown(results):
               "|---|---|---|"]
     for batch, rows in results["vpps"].items():
         for name, row in rows.items():
-            lines.append(f"| {batch} | {name} | {row.get('ms', 'absent')} |")
+            lines.append(f"| {batch} | {name} | "
+                         + (f"{row['ms']:.2f} |" if "ms" in row else "absent |"))
     for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
                   "jacobian", "memory"):
         lines += ["", f"## {title}", ""]

@@ -75,8 +75,11 @@ class _Layout:
         for kind, name, value in self.inputs:
             if isinstance(value, torch.Tensor):
                 value = next(values).detach().numpy()
-            {"parameter": params, "field": fields}.get(kind, {}).update({name: value})
-            if kind == "context":
+            if kind == "parameter":
+                params[name] = value
+            elif kind == "field":
+                fields[name] = value
+            else:
                 context.append(value)
         forest = self.forest
         if fields:

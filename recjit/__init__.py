@@ -1,5 +1,12 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (docs/design.md)."""
-from .autodiff import Gradients, RowGrad
+import os
+
+# Before numba's OpenMP threads start: they spin 1,000 times at a barrier before they sleep, not
+# GNU OpenMP's default 300,000, which on a machine shared with other processes held the cores
+# those needed (docs/threads.md). A value already set is kept.
+os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+
+from .autodiff import Gradients, RowGrad  # noqa: E402
 from .errors import (CacheWarning, FallbackWarning, InputError, RecJitError, RecursionPropertyError,
                      ScheduleError, ShapeError, UnsupportedError)
 from .linearize import Forest
@@ -11,6 +18,7 @@ from .params import DeviceParams, Params
 from .reference import NodeView
 from .result import Result
 from .schedule import Schedule
+from .threads import get_num_threads, set_num_threads
 
 __version__ = "0.1.0"
 
@@ -32,5 +40,6 @@ def __getattr__(name):
 __all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "Gradients", "InputError",
            "NodeView", "Params", "RecJitError", "RecursionPropertyError", "RecursiveModel",
            "Result", "RowGrad", "Schedule", "ScheduleError", "ShapeError", "UnsupportedError",
-           "concat", "exp", "log", "maximum", "minimum", "ones", "recursive_model", "relu", "sigmoid", "split", "sqrt",
-           "tanh", "zeros"]
+           "concat", "exp", "get_num_threads", "log", "maximum", "minimum", "ones",
+           "recursive_model", "relu", "set_num_threads", "sigmoid", "split", "sqrt", "tanh",
+           "zeros"]

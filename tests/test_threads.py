@@ -1,0 +1,42 @@
+"""The threads recjit's CPU kernels run on: a count the user sets, and GNU OpenMP's spinning
+at a barrier shortened unless the user chose it."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import recjit as rj
+from tree_rnn import make_params, tree_rnn
+
+
+def test_a_run_on_one_thread_gives_the_same_states():
+    forest = rj.Forest.random_binary(4, seed=0, mean_leaves=6, vocab_size=20)
+    p = make_params(8, 20, "float64", 0)
+    expected = tree_rnn.run(forest, p).nodes[0]
+    before = rj.get_num_threads()
+    rj.set_num_threads(1)
+    try:
+        assert rj.get_num_threads() == 1
+        np.testing.assert_array_equal(tree_rnn.run(forest, p).nodes[0], expected)
+    finally:
+        rj.set_num_threads(before)
+
+
+@pytest.mark.parametrize("count", [0, 10 ** 6, 1.5, True])
+def test_a_thread_count_outside_numbas_pool_is_refused_naming_the_limit(count):
+    with pytest.raises(rj.RecJitError, match="NUMBA_NUM_THREADS"):
+        rj.set_num_threads(count)
+
+
+@pytest.mark.parametrize("given, expected", [(None, "1000"), ("50000", "50000")],
+                         ids=["unset", "the user's"])
+def test_import_recjit_shortens_openmps_spinning_unless_the_user_set_it(given, expected):
+    environment = {key: value for key, value in os.environ.items() if key != "GOMP_SPINCOUNT"}
+    if given is not None:
+        environment["GOMP_SPINCOUNT"] = given
+    result = subprocess.run([sys.executable, "-c", "import os, recjit; "
+                             "print(os.environ['GOMP_SPINCOUNT'])"],
+                            capture_output=True, text=True, check=True, env=environment)
+    assert result.stdout.strip() == expected

@@ -36,7 +36,7 @@ def test_import_recjit_shortens_openmps_spinning_unless_the_user_set_it(given, e
     environment = {key: value for key, value in os.environ.items() if key != "GOMP_SPINCOUNT"}
     if given is not None:
         environment["GOMP_SPINCOUNT"] = given
-    result = subprocess.run([sys.executable, "-c", "import os, recjit; "
-                             "print(os.environ['GOMP_SPINCOUNT'])"],
-                            capture_output=True, text=True, check=True, env=environment)
+    code = "import os, recjit; print(os.environ['GOMP_SPINCOUNT'])"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, env=environment)
     assert result.stdout.strip() == expected

@@ -40,3 +40,38 @@ def test_import_recjit_shortens_openmps_spinning_unless_the_user_set_it(given, e
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True, env=environment)
     assert result.stdout.strip() == expected
+
+
+FORKED = """
+import concurrent.futures, multiprocessing, sys
+sys.path.insert(0, 'examples')
+import numpy as np
+import recjit as rj
+from tree_rnn import make_params, tree_rnn
+
+forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=20)
+p = make_params(4, 20, 'float64', 0)
+
+
+def states_and_gradient(_):
+    out, pullback = tree_rnn.vjp(forest, p)
+    return out.nodes[0], pullback(roots=np.ones_like(out.roots[0])).params.W
+
+
+if __name__ == '__main__':
+    expected = states_and_gradient(None)  # the parent's kernels start OpenMP's threads
+    context = multiprocessing.get_context('fork')
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        got = pool.submit(states_and_gradient, None).result(timeout=240)
+    print(max(float(np.abs(g - e).max()) for g, e in zip(got, expected)))
+"""
+
+
+def test_a_process_forked_after_a_run_runs_models_and_their_gradients():
+    """multiprocessing's default on Linux, and a DataLoader worker's: the child runs each
+    kernel compiled serially, where numba would have killed it."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", FORKED], cwd=root, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout.split()[-1]) == 0.0

@@ -1,8 +1,6 @@
 """CPU backend: ILIR kernel → numba parallel source → a callable that runs a linearized forest."""
 import functools
-import threading
 
-import numba
 import numpy as np
 
 from ..generated import guard_caches, load_module
@@ -12,12 +10,10 @@ from ..result import Result
 from . import calls, runtime
 from .child_sums import plan_sums_first
 from .emit import emit_source
+from .launch import Launcher
 
 guard_caches(runtime)
-
-# One kernel at a time in this process: each already uses every core, and numba's workqueue
-# threading layer (the one always present) aborts on concurrent parallel launches.
-_running = threading.Lock()
+_weight_gradient = Launcher(calls.weight_gradient)
 
 
 @functools.cache
@@ -49,6 +45,7 @@ class CpuKernel:
         calls.export(self.dtype)
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
+        self.launch = Launcher(self.function)
 
     def inputs(self, linearized):
         """(scalars, arrays): the kernel's arguments that come from this forest."""
@@ -71,8 +68,7 @@ class CpuKernel:
                       for name, attribute in self.parameters)
         arguments = ([scalars[name] for name in self.kernel.scalars]
                      + [arrays[name] for name in self.kernel.arrays])
-        with _running:
-            self.function(numba.get_num_threads(), *arguments)
+        self.launch(*arguments)
         return states
 
     def describe(self):
@@ -105,6 +101,7 @@ class CpuBackward:
         calls.export(self.dtype)
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
+        self.launch = Launcher(self.function)
 
     def __call__(self, linearized, params, states, cotangents):
         scalars, arrays = forest_arguments(self.kernel, linearized)
@@ -122,14 +119,11 @@ class CpuBackward:
                       for name, attribute in self.parameters)
         arguments = ([scalars[name] for name in self.kernel.scalars]
                      + [arrays[name] for name in self.kernel.arrays])
-        with _running:
-            self.function(numba.get_num_threads(), *arguments)
+        self.launch(*arguments)
         return gradients
 
     def weight_gradient(self, a_columns, b_columns):
         """Σ a ⊗ b over the columns (a node's each) of a `GradientRows` pair: one product."""
         product = np.empty((b_columns.shape[0], a_columns.shape[0]), dtype=self.dtype)
-        with _running:
-            calls.weight_gradient(a_columns, b_columns, product, self.row_block,
-                                  numba.get_num_threads())
+        _weight_gradient(a_columns, b_columns, product, self.row_block)
         return product.T

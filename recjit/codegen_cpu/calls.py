@@ -108,7 +108,7 @@ weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-def weight_gradient(a_columns, b_columns, y, row_block, workers):
+def weight_gradient(workers, a_columns, b_columns, y, row_block):
     """y[j, i] = Σ_n a[n, i] · b[n, j], the gradient Σ a ⊗ b of a weight over every node,
     transposed, with the kernels' own product (`matmul_share`, `a_columns` as its weight):
     `a_columns` and `b_columns` hold a node's vector in a column, as the backward kernel

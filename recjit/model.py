@@ -1,7 +1,9 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
 import functools
+import importlib
 import inspect
+import linecache
 import threading
 from dataclasses import dataclass
 
@@ -149,6 +151,39 @@ class RecursiveModel:
 
     def __repr__(self):
         return f"<recjit model {self.__name__} arity={self.arity} kind={self.kind!r}>"
+
+    # pickling ---------------------------------------------------------------------------
+    def __reduce__(self):
+        """A model defined in a module pickles as a reference to it, which the other side
+        imports. Any other (a notebook cell's, a function's local) pickles its cell function
+        (cloudpickle's by value; pickle's refuses), its options and the source of the cell
+        and of the functions it calls, which the other side gives linecache so that the cell
+        can be analysed there. Compiled kernels are not pickled: the other side compiles, or
+        loads them from numba's disk cache."""
+        module, name = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
+        if module not in (None, "__main__") and "<locals>" not in name and \
+                _importable(module, name) is self:
+            return _model_in_module, (module, name)
+        return _unpickled_model, (), self.__getstate__()
+
+    def __getstate__(self):
+        functions = _source_functions(self.function)
+        return {"function": self.function, "arity": self.arity, "kind": self.kind,
+                "schedule": self.schedule,
+                "filenames": {name: function.__code__.co_filename
+                              for name, function in functions.items()},
+                "sources": {function.__code__.co_filename:
+                            linecache.getlines(function.__code__.co_filename)
+                            for function in functions.values()}}
+
+    def __setstate__(self, state):
+        for filename, lines in state["sources"].items():
+            if lines and not linecache.getlines(filename):  # a notebook cell's, elsewhere
+                linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+        function = state["function"]
+        for name, filename in state["filenames"].items():
+            _named_from(_source_functions(function).get(name), filename)
+        self.__init__(function, state["arity"], state["kind"], state["schedule"])
 
     # compiling -------------------------------------------------------------------------
     def analyse(self):
@@ -574,6 +609,46 @@ def _backward_line(backward):
                 "(a DAG's shared children would take two parents' parts at once)")
     return ("the backward is one call of the numba parallel kernel above; the host then "
             "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
+
+
+def _source_functions(cell):
+    """{"": the cell function, name: each plain function its globals name (a helper, the
+    model itself)}: the functions whose source analysing the cell reads."""
+    functions = {"": cell}
+    for name in require_code(cell).co_names:
+        value = cell.__globals__.get(name)
+        value = getattr(value, "function", value) if isinstance(value, RecursiveModel) else value
+        if inspect.isfunction(value):
+            functions[name] = value
+    return functions
+
+
+def _named_from(function, filename):
+    """`function` with its code's file named `filename` again: cloudpickle names the code of a
+    function it pickled by value `<dynamic-code>`, where inspect finds no source."""
+    if function is not None and function.__code__.co_filename != filename:
+        function.__code__ = function.__code__.replace(co_filename=filename)
+
+
+def _importable(module, qualname):
+    """The object at `module.qualname`, or None where there is none."""
+    try:
+        value = importlib.import_module(module)
+        for part in qualname.split("."):
+            value = getattr(value, part)
+        return value
+    except (ImportError, AttributeError):
+        return None
+
+
+def _model_in_module(module, qualname):
+    return _importable(module, qualname)
+
+
+def _unpickled_model():
+    """An empty model for `__setstate__` to fill: pickle records it before its state, so a
+    cell that calls itself (its function's globals hold the model) refers back to it."""
+    return RecursiveModel.__new__(RecursiveModel)
 
 
 def _outside_line(analysis):

@@ -1,0 +1,74 @@
+"""Models cross process boundaries (process pools, Dask, Ray): a model defined in a module
+pickles as a reference to it; a notebook cell's, by value with cloudpickle, its source
+included, so that another process can analyse and compile it. Compiled kernels stay behind."""
+import linecache
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import recjit as rj
+from tree_lstm import make_params, tree_lstm
+
+cloudpickle = pytest.importorskip("cloudpickle")
+
+CELL = '''
+import recjit as rj
+
+def mix(left, right, p):
+    return rj.tanh(p.W @ (left + right))
+
+@rj.recursive_model(arity=2)
+def notebook_rnn(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return mix(notebook_rnn(node.left, p), notebook_rnn(node.right, p), p)
+'''
+
+LOAD_AND_RUN = """
+import pickle, sys
+import numpy as np
+import recjit as rj
+model = pickle.loads(sys.stdin.buffer.read())
+forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=6)
+rng = np.random.default_rng(0)
+p = rj.Params(E=rng.normal(size=(6, 4)), W=rng.normal(size=(4, 4)) / 2)
+sys.stdout.buffer.write(pickle.dumps(model.run(forest, p).nodes[0]))
+"""
+
+
+def notebook_cell(source, filename="<ipython-input-1-recjit>"):
+    """Run `source` as IPython runs a cell: its text in linecache, under the cell's name."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace
+
+
+def test_a_model_defined_in_a_module_pickles_as_a_reference_to_it():
+    tree_lstm.run(rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=20),
+                  make_params(4, 20, "float64", 0))  # compiled kernels and a lock to leave
+    data = pickle.dumps(tree_lstm)
+    assert pickle.loads(data) is tree_lstm
+    assert b"tree_lstm" in data and len(data) < 200
+
+
+def test_a_notebook_cells_model_runs_in_another_process_after_cloudpickle():
+    """With the helper it calls: both sources travel with it."""
+    model = notebook_cell(CELL)["notebook_rnn"]
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=6)
+    rng = np.random.default_rng(0)
+    p = rj.Params(E=rng.normal(size=(6, 4)), W=rng.normal(size=(4, 4)) / 2)
+    expected = model.run(forest, p).nodes[0]
+    result = subprocess.run([sys.executable, "-c", LOAD_AND_RUN],
+                            input=cloudpickle.dumps(model), capture_output=True, timeout=300)
+    assert result.returncode == 0, result.stderr.decode()[-2000:]
+    np.testing.assert_allclose(pickle.loads(result.stdout), expected, rtol=1e-12)
+
+
+def test_plain_pickle_of_a_notebook_cells_model_says_which_function_it_cannot_pickle():
+    model = notebook_cell(CELL, "<ipython-input-2-recjit>")["notebook_rnn"]
+    with pytest.raises(pickle.PicklingError, match="notebook_rnn"):
+        pickle.dumps(model)

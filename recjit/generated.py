@@ -6,6 +6,7 @@ A cache is only a copy: a file that is cut short, corrupted or left half-written
 a copy interrupted) is never used. A generated file is compared with the source it must hold
 before it is imported, and written again if it differs; an entry of numba's cache that cannot be
 loaded is dropped and compiled again. Either says so with a `CacheWarning`."""
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -18,6 +19,11 @@ import warnings
 import numba
 
 from .errors import CacheWarning
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 _lock = threading.Lock()
 # The modification time of every generated file. numba-cuda's disk cache (0.30) trusts a
@@ -34,6 +40,23 @@ def cache_dir():
     path = pathlib.Path(root) / "kernels"
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+@contextlib.contextmanager
+def compiling(name):
+    """Hold the machine-wide lock of what compiles as `name` (a file lock in the cache
+    directory): processes that would compile the same kernel into an empty cache at once
+    take turns, and each after the first loads what the first compiled from numba's disk
+    cache instead of compiling it again. Where there is no `fcntl` (Windows), each compiles."""
+    if fcntl is None:
+        yield
+        return
+    with open(cache_dir() / f"{name}.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def source_digest(source, runtime):

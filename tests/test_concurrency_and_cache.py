@@ -261,3 +261,32 @@ def test_generated_files_share_one_whole_second_modification_time(tmp_path, monk
     module = load_module("ANSWER = 42\n", "modification_time_probe", ())
     assert module.__file__.startswith(str(tmp_path))
     assert os.stat(module.__file__).st_mtime == SOURCE_MTIME == int(SOURCE_MTIME)
+
+
+HOLDS_THE_LOCK = """
+import fcntl, sys
+with open(sys.argv[1], "a") as handle:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        print("free")
+    except BlockingIOError:
+        print("held")
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="file locks need fcntl")
+def test_a_compile_holds_a_machine_wide_lock_that_other_processes_wait_for(tmp_path,
+                                                                          monkeypatch):
+    """Processes that would compile one kernel into an empty cache take turns, so that the
+    later ones load it from numba's disk cache."""
+    from recjit.generated import cache_dir, compiling
+    monkeypatch.setenv("RECJIT_CACHE_DIR", str(tmp_path))
+    lock = str(cache_dir() / "a_kernel.lock")
+
+    def other_process_sees():
+        return subprocess.run([sys.executable, "-c", HOLDS_THE_LOCK, lock], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    with compiling("a_kernel"):
+        assert other_process_sees() == "held"
+    assert other_process_sees() == "free"

@@ -13,7 +13,7 @@ from .emit import emit_source
 from .launch import Launcher
 
 guard_caches(runtime)
-_weight_gradient = Launcher(calls.weight_gradient)
+_weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
 
 
 @functools.cache
@@ -45,7 +45,7 @@ class CpuKernel:
         calls.export(self.dtype)
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
-        self.launch = Launcher(self.function)
+        self.launch = Launcher(self.function, module.__name__)
 
     def inputs(self, linearized):
         """(scalars, arrays): the kernel's arguments that come from this forest."""
@@ -101,7 +101,7 @@ class CpuBackward:
         calls.export(self.dtype)
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
-        self.launch = Launcher(self.function)
+        self.launch = Launcher(self.function, module.__name__)
 
     def __call__(self, linearized, params, states, cotangents):
         scalars, arrays = forest_arguments(self.kernel, linearized)

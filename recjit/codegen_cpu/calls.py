@@ -20,6 +20,7 @@ from numba.core import cgutils
 from numba.core.errors import TypingError
 from numba.extending import intrinsic
 
+from ..generated import compiling
 from . import runtime
 
 _lock = threading.Lock()
@@ -56,7 +57,8 @@ def export(dtype):
             if symbol in _exported:
                 continue
             dispatcher, parameters = getattr(runtime, name), _parameters(name, dtype)
-            dispatcher.compile(parameters)
+            with compiling(symbol):
+                dispatcher.compile(parameters)
             compiled = dispatcher.overloads[parameters]
             llvm.add_symbol(symbol, compiled.library.get_pointer_to_function(
                 compiled.fndesc.llvm_func_name))

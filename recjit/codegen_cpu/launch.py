@@ -11,6 +11,8 @@ import threading
 
 import numba
 
+from ..generated import compiling
+
 # One parallel call at a time in this process: each already uses every core, and numba's
 # workqueue threading layer (the one always present) aborts on concurrent parallel launches.
 _running = threading.Lock()
@@ -35,11 +37,15 @@ def forked_after_threads_started():
 class Launcher:
     """`launch(*arguments)` calls `function(workers, *arguments)`, a numba parallel function
     whose first argument is the thread count, with numba's count; in a process forked after
-    the threads started, its serial twin with one worker."""
+    the threads started, its serial twin with one worker. Its first call, which compiles the
+    function or loads it from numba's disk cache, holds the machine-wide lock `name`
+    (`generated.compiling`)."""
 
-    def __init__(self, function):
+    def __init__(self, function, name):
         self.function = function
+        self.name = name
         self.serial = None
+        self.called = False
 
     def __call__(self, *arguments):
         global _threads_started_in
@@ -51,7 +57,12 @@ class Launcher:
                 self.serial = numba.njit(**options)(self.function.py_func)
             return self.serial(1, *arguments)
         with _running:
-            result = self.function(numba.get_num_threads(), *arguments)
+            if self.called:
+                result = self.function(numba.get_num_threads(), *arguments)
+            else:
+                with compiling(self.name):
+                    result = self.function(numba.get_num_threads(), *arguments)
+                self.called = True
         if _threads_started_in is None:
             _threads_started_in = os.getpid()
         return result

@@ -12,6 +12,7 @@ import numpy as np
 from .autodiff import Pullback, adjoint_case, tree_of_nodes
 from .codegen_cpu import CpuBackward, CpuKernel
 from .errors import InputError, RecJitError, ScheduleError, UnsupportedError
+from .explanation import Explanation
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import barriers_per_batch, choose_schedule, lower, lower_backward, print_kernel
@@ -551,7 +552,9 @@ class RecursiveModel:
     # reading what was generated ---------------------------------------------------------
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=(),
                 grad=False):
-        """Print (and return) the cell IR, the linearized forest and the ILIR kernel; with
+        """The cell IR, the linearized forest and the ILIR kernel, as an `Explanation` (a str
+        a notebook or the REPL shows once; `print()` it in a script, or pass `file` to write it
+        there); with
         `grad=True`, the adjoint of each case too, and the backward kernel's ILIR, which
         `vjp`'s pullback runs (on the CPU)."""
         analysis = self.analyse()
@@ -573,8 +576,9 @@ class RecursiveModel:
             f"launch: {compiled.backend_kernel.describe()}",
             _outside_line(analysis),
         ] + ([] if not grad else self._explain_backward(key, compiled)))
-        print(text, file=file)
-        return text
+        if file is not None:
+            print(text, file=file)
+        return Explanation(text)
 
     def _explain_backward(self, key, compiled):
         """`explain(grad=True)`'s lines: each case's adjoint and the backward's ILIR."""

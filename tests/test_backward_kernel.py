@@ -38,7 +38,7 @@ def test_a_dag_models_backward_is_interpreted_and_explain_says_so(forest):
     p = dag_rnn_params(HIDDEN, dtype="float64", seed=0)
     _, pullback = dag_rnn.vjp(forest, p)
     assert pullback.compiled is None
-    assert "the backward is interpreted" in dag_rnn.explain(forest, p, grad=True, file=None)
+    assert "the backward is interpreted" in dag_rnn.explain(forest, p, grad=True)
 
 
 def test_kernel_source_with_grad_prints_the_backward_kernel_of_the_last_vjp():
@@ -51,8 +51,7 @@ def test_kernel_source_with_grad_prints_the_backward_kernel_of_the_last_vjp():
 
 def test_explain_with_grad_prints_the_backward_ilir_roots_first():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
-    text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True,
-                             file=None)
+    text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)
     backward = text[text.index("== backward ILIR (cpu) =="):]
     assert "for b in [0, (num_batches - 1)):" in backward
     assert "grad_U_iou" in backward and "batch_x2_U_iou_T" in backward

@@ -41,7 +41,11 @@ class Result:
                    order_nodes=lambda: rows_in_order(states, shapes, new_of_old))
 
     def __repr__(self):
-        return f"Result(roots={self.roots!r})"
+        """Short: how many roots, and each state component's shape and dtype (a notebook shows
+        this, not every root's numbers)."""
+        parts = ", ".join(f"{state.shape[1:]} {state.dtype}" for state in self.roots)
+        count = self.roots[0].shape[0] if self.roots else 0
+        return f"Result({count} roots; state: {parts})"
 
 
 def rows_in_order(states, shapes, order):

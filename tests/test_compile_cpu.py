@@ -587,3 +587,9 @@ def test_explain_prints_only_when_given_a_file_and_shows_as_its_text(capsys):
     written = io.StringIO()
     tree_lstm.explain(forest, p, file=written)
     assert written.getvalue() == str(text) + "\n"
+
+
+def test_a_results_repr_is_short_its_roots_and_state_shapes():
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=30, vocab_size=VOCAB)
+    out = tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))
+    assert repr(out) == "Result(3 roots; state: (4,) float64, (4,) float64)"

@@ -1,5 +1,7 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
+import ast
+import difflib
 import functools
 import importlib
 import inspect
@@ -213,7 +215,7 @@ class RecursiveModel:
         for name in analysis.parameters:
             value = getattr(p, name, None)
             if value is None:
-                raise _missing(p, name)
+                raise _missing(p, name, analysis.source)
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         return (backend, schedule, tuple(parameters),
@@ -700,10 +702,29 @@ def backend_barriers(backend, schedule, parameters):
     return lambda kernel: grid_barriers(kernel, schedule, weight_shapes)
 
 
-def _missing(p, name):
+def _missing(p, name, source=None):
+    """The error for parameter `name`, which the cell reads (where `source` shows) and `p`
+    lacks, with the name `p` has that is closest to it."""
+    where = _first_read(source, name)
+    given = sorted(vars(p)) if hasattr(p, "__dict__") and not isinstance(p, dict) else []
+    close = difflib.get_close_matches(name, given, n=1)
     return InputError(f"{described(p, name)} is missing from the parameters"
+                      + (f" (read at {where})" if where else "")
+                      + (f"; did you mean {close[0]!r}?" if close else "")
                       + (" (a cell reads them as attributes, p.name, and a dict's items are "
                          "not: pass rj.Params(**p))" if isinstance(p, dict) else ""))
+
+
+def _first_read(source, name):
+    """`file:line` of the cell's first `<something>.name`, or None."""
+    if source is None:
+        return None
+    reads = [node for node in ast.walk(source.tree)
+             if isinstance(node, ast.Attribute) and node.attr == name]
+    if not reads:
+        return None
+    first = min(reads, key=lambda node: node.lineno)
+    return f"{source.filename}:{source.lineno(first)}"
 
 
 def _parameters_dtype(p, names):

@@ -53,6 +53,17 @@ def test_a_missing_parameter_is_named(method):
         getattr(tree_lstm, method)(rj.Forest.from_nested([(1, 2)]), p)
 
 
+def test_a_misspelt_parameter_names_the_line_that_reads_it_and_the_closest_name():
+    forest = rj.Forest.from_nested([(0, 1)])
+    p = make_params(4, 10, "float64")
+    misspelt = rj.Params(**{("U_ff" if name == "U_f" else name): getattr(p, name)
+                            for name in vars(p)})
+    with pytest.raises(rj.InputError, match=r"parameter 'U_f' is missing from the parameters "
+                                            r"\(read at .*tree_lstm.py:\d+\); did you mean "
+                                            r"'U_ff'\?"):
+        tree_lstm.run(forest, misspelt)
+
+
 def test_a_missing_field_is_named():
     forest = rj.Forest.from_nested([(1, 2)], leaf_field="token")
     with pytest.raises(rj.InputError, match="no field 'word'"):

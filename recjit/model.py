@@ -142,6 +142,11 @@ class RecursiveModel:
     def __call__(self, node, p, *context, **named):
         """The plain recursion (reference semantics) on a node view. `named`: context
         arguments by keyword (`cell(child, p, scale=scale)`)."""
+        if isinstance(node, Forest):
+            raise RecJitError(f"{self.__name__}(node, p) is the plain recursion on one node, as "
+                              f"the cell calls itself; for a forest, call "
+                              f"{self.__name__}.run(forest, p) (the compiled kernel) or "
+                              f"{self.__name__}.reference(forest, p)")
         if named:
             bound = self._arguments.bind(node, p, *context, **named)
             bound.apply_defaults()

@@ -403,3 +403,16 @@ def test_a_word_field_set_in_big_endian_order_after_construction_runs_as_in_nati
     native = tree_lstm.run(forest, p)
     forest.fields["word"] = forest.fields["word"].astype(">i8")
     assert_same_result(tree_lstm.run(forest, p), native)
+
+
+def test_calling_a_model_on_a_forest_says_to_run_it():
+    forest = rj.Forest.from_nested([(1, 2)])
+    with pytest.raises(rj.RecJitError, match=r"tree_lstm\.run\(forest, p\)"):
+        tree_lstm(forest, make_params(4, 10, "float64"))
+
+
+def test_a_node_with_more_children_than_the_arity_hints_at_arity_none():
+    forest = rj.Forest.from_nested([(1, 2, 3)])
+    with pytest.raises(rj.InputError, match=r"node 0 has 3 children; the model declares "
+                                            r"arity=2 .*arity=None"):
+        tree_lstm.run(forest, make_params(4, 10, "float64"))

@@ -292,7 +292,9 @@ def native(values):
 def _structure_error(status, culprit, forest, arity):
     if status == WRONG_ARITY:
         return InputError(f"node {culprit} has {int(forest.num_children[culprit])} children; "
-                          f"the model declares arity={arity} (0 or {arity} children)")
+                          f"the model declares arity={arity} (0 or {arity} children). A cell "
+                          "for any number of children is declared "
+                          "@rj.recursive_model(arity=None) and loops over node.children")
     messages = {
         BAD_CHILD_PTR: f"child_ptr is not a monotone offset array (at node {culprit}; it must "
                        f"start at 0 and end at len(child_idx) = {forest.child_idx.size})",

@@ -276,3 +276,33 @@ def test_concat_refuses_forests_of_other_fields_or_kinds():
     with pytest.raises(rj.InputError, match="forest 1 is of kind 'sequence', forest 0 of kind "
                                             "'tree'"):
         rj.Forest.concat([trees, rj.Forest.from_sequences([2], fields={"word": [1, 2]})])
+
+
+def test_batches_cover_every_tree_once_in_order_or_shuffled_by_seed():
+    forest = rj.Forest.random_binary(10, seed=0, mean_leaves=4, vocab_size=10)
+    heights = forest.root_heights()
+    in_order = list(forest.batches(4))
+    assert [batch.roots.size for batch in in_order] == [4, 4, 2]
+    assert np.concatenate([b.root_heights() for b in in_order]).tolist() == heights.tolist()
+    first, again = (list(forest.batches(3, shuffle=True, seed=5)) for _ in range(2))
+    assert [b.num_nodes for b in first] == [b.num_nodes for b in again]
+    assert sorted(np.concatenate([b.root_heights() for b in first]).tolist()) == \
+        sorted(heights.tolist())
+
+
+def test_batches_bucketed_by_height_hold_trees_of_about_one_height():
+    forest = rj.Forest.random_binary(12, seed=1, mean_leaves=6, vocab_size=10)
+    batches = list(forest.batches(4, shuffle=True, seed=2, bucket_by_height=True))
+    ranges = sorted((b.root_heights().min(), b.root_heights().max()) for b in batches)
+    assert all(high <= low_next for (_, high), (low_next, _) in zip(ranges, ranges[1:]))
+
+
+def test_a_root_heights_are_their_trees_heights():
+    forest = rj.Forest.from_nested([(0, 1), 2, ((0, 1), (2, (3, 4)))])
+    assert forest.root_heights().tolist() == [1, 0, 3]
+
+
+@pytest.mark.parametrize("size", [0, 2.5, True])
+def test_a_batch_size_that_is_not_a_count_of_trees_is_refused(size):
+    with pytest.raises(rj.InputError, match="size must be a whole number of trees"):
+        rj.Forest.from_nested([(0, 1)]).batches(size)

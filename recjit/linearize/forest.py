@@ -92,6 +92,33 @@ class Forest:
                       {name: values[kept] for name, values in self.fields.items()},
                       self.kind, self.vocab)
 
+    def batches(self, size, shuffle=False, seed=None, bucket_by_height=False):
+        """The forest's trees in batches of `size` (a forest each, `select`ed), for a pass over
+        a corpus: in order, or in a random order (`shuffle`, reproducible with `seed`). With
+        `bucket_by_height`, each batch holds trees of about one height, which makes fewer,
+        fuller batches of nodes to run (the batches themselves shuffled, with `shuffle`)."""
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
+            raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
+                             f"1, not {size!r}")
+        rng = np.random.default_rng(seed)
+        order = rng.permutation(self.roots.size) if shuffle else np.arange(self.roots.size)
+        if not bucket_by_height:
+            return (self.select(order[begin:begin + size])
+                    for begin in range(0, order.size, size))
+        order = order[np.argsort(self.root_heights()[order], kind="stable")]
+        groups = [order[begin:begin + size] for begin in range(0, order.size, size)]
+        if shuffle:
+            groups = [groups[k] for k in rng.permutation(len(groups))]
+        return (self.select(group) for group in groups)
+
+    def root_heights(self):
+        """The height of each root's tree (a leaf's is 0), in the order of `roots`."""
+        from .linearizer import linearize
+        linearized = linearize(self, single_parent=self.kind != "dag")
+        position = linearized.new_of_old[self.roots]
+        batch = np.searchsorted(linearized.batch_begin, position, side="right") - 1
+        return linearized.num_batches - 1 - batch
+
     @classmethod
     def concat(cls, forests):
         """One forest of the trees of several, in order: node n of the k-th forest becomes

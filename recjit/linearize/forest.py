@@ -334,6 +334,39 @@ class Forest:
         return forest
 
     @classmethod
+    def from_nltk(cls, trees, vocab=None, labels=None, collapse_unary=False, binarize=False):
+        """`nltk.Tree`s (one, or an iterable): a preterminal `(NN cat)` is a leaf whose `word`
+        is the word's id in `vocab` (a dict, extended with unseen words, kept as `.vocab`);
+        every node's label (field `label`) is an id in `labels` (likewise, `.label_vocab`;
+        -1 where a bare word among subtrees has none). `collapse_unary` joins chains of
+        one-child nodes, down to a word's own node (their labels joined by '+'), `binarize`
+        splits nodes of more than two children: nltk's own transformations, on a copy
+        (`Tree.collapse_unary`, `Tree.chomsky_normal_form`); both give the full binary trees
+        an `arity=2` model takes."""
+        if hasattr(trees, "label") and callable(trees.label):
+            trees = [trees]
+        vocab = {} if vocab is None else vocab
+        labels = {} if labels is None else labels
+        builder, roots = _Builder(), []
+        for position, tree in enumerate(_iterable("from_nltk", "trees", trees)):
+            if not (hasattr(tree, "label") and callable(tree.label) and isinstance(tree, list)):
+                raise InputError(f"Forest.from_nltk: tree #{position} is a "
+                                 f"{type(tree).__name__}, not an nltk.Tree")
+            if collapse_unary or binarize:
+                tree = tree.copy(deep=True)
+            if collapse_unary:
+                tree.collapse_unary(collapsePOS=True, collapseRoot=True)
+            if binarize:
+                tree.chomsky_normal_form()
+            roots.append(builder.add_nltk(tree, _id_in(vocab), _id_in(labels)))
+        if not roots:
+            raise InputError("Forest.from_nltk: no trees")
+        forest = builder.forest(roots, "word", kind="tree")
+        forest.fields["label"] = np.asarray(builder.labels, dtype=np.int64)
+        forest.vocab, forest.label_vocab = vocab, labels
+        return forest
+
+    @classmethod
     def from_edges(cls, num_nodes, edges, fields=None, kind="dag"):
         """Edges `(parent, child)`; a node's children keep the order of its edges. Roots are the
         nodes that are nobody's child."""
@@ -455,6 +488,15 @@ def _field(name, values, num_nodes):
     return values
 
 
+def _id_in(vocabulary):
+    """A function giving each key its id in `vocabulary`, a new one for a new key."""
+    def identify(key):
+        if key not in vocabulary:
+            vocabulary[key] = max(vocabulary.values(), default=-1) + 1
+        return vocabulary[key]
+    return identify
+
+
 class _Builder:
     """Accumulates nodes in pre-order with explicit stacks (no Python recursion)."""
 
@@ -486,6 +528,28 @@ class _Builder:
                 node = self.new_node(int(subtree))
             else:
                 raise InputError(f"a nested-tuple leaf must be an int, not {subtree!r}")
+            if parent is None:
+                root = node
+            else:
+                self.children[parent].append(node)
+        return root
+
+    def add_nltk(self, tree, word_id, label_id):
+        """An nltk.Tree's nodes, parents first; a preterminal is one leaf node."""
+        root = None
+        stack = [(tree, None)]
+        while stack:
+            subtree, parent = stack.pop()
+            if isinstance(subtree, str):  # a bare word among subtrees: a leaf, no label
+                node = self.new_node(word_id(subtree))
+            elif len(subtree) == 1 and isinstance(subtree[0], str):  # (NN cat)
+                node = self.new_node(word_id(subtree[0]), label_id(str(subtree.label())))
+            elif len(subtree) == 0:
+                raise InputError(f"Forest.from_nltk: node ({subtree.label()}) has no children "
+                                 "and no word")
+            else:
+                node = self.new_node(label=label_id(str(subtree.label())))
+                stack.extend((child, node) for child in reversed(subtree))
             if parent is None:
                 root = node
             else:

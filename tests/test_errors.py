@@ -416,3 +416,17 @@ def test_a_node_with_more_children_than_the_arity_hints_at_arity_none():
     with pytest.raises(rj.InputError, match=r"node 0 has 3 children; the model declares "
                                             r"arity=2 .*arity=None"):
         tree_lstm.run(forest, make_params(4, 10, "float64"))
+
+
+@rj.recursive_model(arity=2)
+def numpy_summed(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return np.sum(numpy_summed(node.left, p)) * numpy_summed(node.right, p)
+
+
+def test_np_sum_is_refused_with_what_to_write_instead():
+    with pytest.raises(rj.UnsupportedError, match=r"np\.sum is not part of the cell language: "
+                                                  r"Python's sum adds up .*np\.dot\(v, "
+                                                  r"rj\.ones\(v\.shape\)\)"):
+        numpy_summed.run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((3, 4))))

@@ -847,14 +847,19 @@ class Interpreter:
                                    "make a float32 plain recursion float64: use "
                                    f"rj.{function.__name__}(shape), which takes the "
                                    "parameters' dtype", node)
+        if function is np.sum:
+            raise self.unsupported("np.sum is not part of the cell language: Python's sum "
+                                   "adds up the children's states or a list's items, and a "
+                                   "vector's elements add up as np.dot(v, rj.ones(v.shape))",
+                                   node)
         if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
                 or is_user_helper(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
                                    "rj.sqrt, rj.abs, rj.maximum, rj.minimum, rj.split, "
-                                   "rj.concat, rj.zeros, rj.ones, sum, abs, max, min, NumPy's "
-                                   "tanh, exp, log, sqrt, abs, maximum, minimum, concatenate, "
-                                   "dot or matmul, or a helper function)",
+                                   "rj.concat, rj.zeros, rj.ones, Python's sum, abs, max and "
+                                   "min, NumPy's tanh, exp, log, sqrt, abs, maximum, minimum, "
+                                   "concatenate, dot or matmul, or a helper function)",
                                    node)
 
     def cell_function_call(self, function, arguments, keywords, node):
@@ -1115,7 +1120,10 @@ def _describe(value):
     if isinstance(value, NodeField):
         return f"field {value.name!r}"
     if callable(value):
-        return getattr(value, "__qualname__", repr(value))
+        name = getattr(value, "__qualname__", repr(value))
+        if (getattr(value, "__module__", None) or "").split(".")[0] == "numpy":
+            return f"np.{name}"
+        return name
     return repr(value)
 
 

@@ -6,6 +6,7 @@ import functools
 import importlib
 import inspect
 import linecache
+import os
 import threading
 from dataclasses import dataclass
 
@@ -95,6 +96,22 @@ class ByForest:
                     compiled = self.compile_schedule(self.schedule.but(refactor=refactor))
                     self.kernels[refactor] = compiled
         return compiled
+
+
+def _user_facing(method):
+    """A public method whose `RecJitError`s show the user's frames only, ending at the call
+    of the method (as JAX filters its own): the error already names the cell's line or the
+    input at fault, and recjit's internal frames would bury it. `RECJIT_TRACEBACK=full`
+    keeps them."""
+    @functools.wraps(method)
+    def user_facing(*arguments, **keywords):
+        try:
+            return method(*arguments, **keywords)
+        except RecJitError as error:
+            if os.environ.get("RECJIT_TRACEBACK") == "full":
+                raise
+            raise error.with_traceback(None) from None
+    return user_facing
 
 
 @dataclass(frozen=True, eq=False)
@@ -252,6 +269,7 @@ class RecursiveModel:
         missing = any(default is inspect.Parameter.empty for default in defaults)
         return context if missing else context + defaults
 
+    @_user_facing
     def compile(self, forest, p, backend="cpu", schedule=None, context=()):
         """The compiled kernel for this forest's fields and these parameters' shapes (and,
         where the schedule depends on it, for this forest); the same shapes hit the in-memory
@@ -313,6 +331,7 @@ class RecursiveModel:
         return cell
 
     # running ---------------------------------------------------------------------------
+    @_user_facing
     def linearize(self, forest, schedule=None):
         """Validate the forest against the model's structure and linearize it into the
         batches `schedule` runs."""
@@ -342,6 +361,7 @@ class RecursiveModel:
                 raise InputError(f"node {node}: field {field!r} = {values[bad]} is "
                                  f"outside the {rows} rows of parameter {table!r}")
 
+    @_user_facing
     def prepare(self, forest, p, backend="cpu", schedule=None, context=()):
         """Everything `run` does before its kernel, done now: the forest validated and
         linearized, its gathered indices checked, its kernel compiled for these parameters'
@@ -354,6 +374,7 @@ class RecursiveModel:
         inputs = compiled.backend_kernel.inputs(linearized) if linearized.num_nodes else None
         return Prepared(self, forest, key, compiled, linearized, inputs)
 
+    @_user_facing
     def run(self, forest, p, backend="cpu", schedule=None, check_finite=False,
             device_output=False, context=()):
         """Evaluate every node of the forest (a `Forest`, or one `prepare` made ready) with
@@ -412,6 +433,7 @@ class RecursiveModel:
         self._latest[backend] = prepared.compiled
         return prepared.compiled, prepared.linearized
 
+    @_user_facing
     def vjp(self, forest, p, backend="cpu", schedule=None, context=()):
         """(the `Result` that `run` gives, its `Pullback`): `pullback(roots=..., nodes=...)`
         returns the `Gradients` of the states weighted by those cotangents, with respect to
@@ -474,6 +496,7 @@ class RecursiveModel:
         order = linearized.new_of_old[by_height.old_of_new]
         return by_height, [state[order] for state in states]
 
+    @_user_facing
     def jacobian(self, forest, p, wrt, output=0, context=()):
         """`J[n]` = ∂ (state component `output` of node n's root) / ∂ (node n's float field
         `wrt`, or the row of parameter table `wrt` that node n gathers), for every node n in
@@ -509,6 +532,7 @@ class RecursiveModel:
         values = values.reshape((elements, forest.num_nodes) + per_node)
         return np.moveaxis(values, 0, 1).reshape((forest.num_nodes,) + shape + per_node)
 
+    @_user_facing
     def reference(self, forest, p, context=()):
         """The naive recursion's result, in the same `Result` form as `run`, after the checks
         `run` makes: the cell, the forest's structure, the parameters' shapes and every
@@ -557,6 +581,7 @@ class RecursiveModel:
         return backward.source
 
     # reading what was generated ---------------------------------------------------------
+    @_user_facing
     def explain(self, forest, p, backend="cpu", schedule=None, file=None, context=(),
                 grad=False):
         """The cell IR, the linearized forest and the ILIR kernel, as an `Explanation` (a str
@@ -597,6 +622,7 @@ class RecursiveModel:
                    ["", "== backward ILIR (cpu) ==", print_kernel(backward.kernel)])
                 + [_backward_line(backward)])
 
+    @_user_facing
     def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
         """The generated source of the kernel compiled last for `backend` (or for this forest
         and these parameters, when given); `grad=True`: of the backward kernel of the last

@@ -430,3 +430,30 @@ def test_np_sum_is_refused_with_what_to_write_instead():
                                                   r"Python's sum adds up .*np\.dot\(v, "
                                                   r"rj\.ones\(v\.shape\)\)"):
         numpy_summed.run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((3, 4))))
+
+
+TRACEBACK = """
+import sys
+sys.path.insert(0, 'examples')
+import recjit as rj
+from tree_lstm import make_params, tree_lstm
+p = make_params(4, 10, 'float64')
+del p.U_f
+tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+"""
+
+
+@pytest.mark.parametrize("setting, frames", [(None, 2), ("full", 4)],
+                         ids=["the user's frames", "RECJIT_TRACEBACK=full"])
+def test_a_recjit_errors_traceback_ends_at_the_users_call(setting, frames):
+    """As JAX filters its own frames: the error names the input at fault already."""
+    import os
+    import subprocess
+    import sys
+    environment = {**os.environ, "RECJIT_TRACEBACK": setting or ""}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", TRACEBACK], cwd=root, capture_output=True,
+                            text=True, env=environment)
+    assert "parameter 'U_f' is missing" in result.stderr
+    shown = result.stderr.count('  File "')
+    assert shown == frames if setting is None else shown >= frames

@@ -32,6 +32,7 @@ bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/bench_core.py
 	$(BIN)/python benchmarks/bench.py
 	$(BIN)/python benchmarks/bench_training.py
+	$(BIN)/python benchmarks/bench_machine.py
 
 # Each scheduling primitive's effect (Cortex Fig. 10): results/ablation-<machine>.*
 bench-ablation: $(VENV)/.installed-bench

@@ -306,3 +306,33 @@ def test_a_root_heights_are_their_trees_heights():
 def test_a_batch_size_that_is_not_a_count_of_trees_is_refused(size):
     with pytest.raises(rj.InputError, match="size must be a whole number of trees"):
         rj.Forest.from_nested([(0, 1)]).batches(size)
+
+
+TREEBANK = """( (S
+    (NP-SBJ (NNP Pierre) (NNP Vinken) )
+    (VP (MD will)
+      (VP (VB join) (NP (DT the) (NN board) )))
+    (. .) ))
+( (S (NP-SBJ (PRP It)) (VP (VBZ works)) (. .)) )
+"""
+
+
+def test_from_ptb_reads_a_treebanks_trees_over_lines_with_string_labels():
+    labels = {}
+    forest = rj.Forest.from_ptb(TREEBANK, labels=labels)
+    assert forest.roots.size == 2 and forest.label_vocab is labels
+    names = {index: label for label, index in labels.items()}
+    assert [names[int(forest.fields["label"][root])] for root in forest.roots] == ["S", "S"]
+    assert sorted(forest.vocab) == sorted(["Pierre", "Vinken", "will", "join", "the", "board",
+                                           ".", "It", "works"])
+    assert forest.num_children[forest.roots[0]] == 3  # the outer bracket makes no node
+
+
+def test_from_ptb_asks_for_labels_when_a_label_is_a_string():
+    with pytest.raises(rj.InputError, match=r"string labels are read with labels=\{\}"):
+        rj.Forest.from_ptb(TREEBANK)
+
+
+def test_a_treebank_tree_never_closed_names_the_line_it_opened_on():
+    with pytest.raises(rj.InputError, match="PTB line 2: unbalanced brackets"):
+        rj.Forest.from_ptb(["(S (NN a))", "( (S (NP (NN b))", "(VP (VB c))"], labels={})

@@ -293,12 +293,16 @@ class Forest:
         return forest
 
     @classmethod
-    def from_ptb(cls, lines, vocab=None):
-        """Trees in PTB bracket format, one per line (`(label child child)`, `(label word)`):
-        an iterable of lines (str or bytes, an open file) or the whole text.
+    def from_ptb(cls, lines, vocab=None, labels=None):
+        """Trees in PTB bracket format (`(label child child)`, `(label word)`): an iterable
+        of lines (str or bytes, an open file) or the whole text. SST's files hold a tree a
+        line with numeric labels; a treebank's (the Penn Treebank's `.mrg`) spread a tree over
+        lines, wrap it in an unlabelled bracket `( (S ...) )`, which makes no node, and label
+        it with strings: pass `labels` (a dict, `{}` to start one) to read labels through it.
 
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
-        it, field `word` the ids (-1 inside), field `label` every node's label."""
+        it, field `word` the ids (-1 inside), field `label` every node's label: the number, or
+        its id in `labels` (extended, kept as `.label_vocab`)."""
         vocab = {} if vocab is None else vocab
         if not isinstance(vocab, dict) or not all(
                 isinstance(i, (int, np.integer)) and 0 <= i <= MAX_NODES
@@ -314,6 +318,7 @@ class Forest:
                 next_id += 1
             return vocab[word]
 
+        label_id = _ptb_labels(labels)
         if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
             lines = lines.splitlines()
         builder = _Builder()
@@ -326,11 +331,15 @@ class Forest:
                     raise InputError(f"PTB line {line_number} is not UTF-8 ({error})") from None
             if not isinstance(line, str):
                 raise InputError(f"PTB line {line_number} is a {type(line).__name__}, not text")
-            if line.strip():
-                roots.append(builder.add_ptb(line, line_number, word_id))
+            roots += builder.add_ptb(line, line_number, word_id, label_id)
+        if builder.open_nodes:
+            raise InputError(f"PTB line {builder.tree_line}: unbalanced brackets (a tree "
+                             "opened there is never closed)")
         forest = builder.forest(roots, "word", kind="tree")
         forest.fields["label"] = np.asarray(builder.labels, dtype=np.int64)
         forest.vocab = vocab
+        if labels is not None:
+            forest.label_vocab = labels
         return forest
 
     @classmethod
@@ -488,6 +497,26 @@ def _field(name, values, num_nodes):
     return values
 
 
+def _ptb_labels(labels):
+    """`label_id(label, line_number)`: a PTB label as the number it is (`labels` None), or as
+    its id in the vocabulary `labels`."""
+    if labels is None:
+        def label_id(label, line_number):
+            if not _PTB_LABEL.fullmatch(label) or abs(int(label)) > MAX_NODES:
+                raise InputError(f"PTB line {line_number}: expected a label after '(', an "
+                                 f"int64, got {label!r} (string labels are read with "
+                                 "labels={})")
+            return int(label)
+        return label_id
+    named = _id_in(labels)
+
+    def label_id(label, line_number):
+        if not label:
+            raise InputError(f"PTB line {line_number}: expected a label after '('")
+        return named(label)
+    return label_id
+
+
 def _id_in(vocabulary):
     """A function giving each key its id in `vocabulary`, a new one for a new key."""
     def identify(key):
@@ -504,6 +533,9 @@ class _Builder:
         self.children = []
         self.leaf_values = []
         self.labels = []
+        self.open_nodes = []  # PTB brackets open across lines (None: an outer, unlabelled one)
+        self.tree_root = None
+        self.tree_line = None
 
     def new_node(self, leaf_value=-1, label=-1):
         self.children.append([])
@@ -556,43 +588,53 @@ class _Builder:
                 self.children[parent].append(node)
         return root
 
-    def add_ptb(self, line, line_number, word_id):
-        open_nodes = []
-        root = None
+    def add_ptb(self, line, line_number, word_id, label_id):
+        """Read one line of PTB brackets; the roots of the trees it completes. A tree may span
+        lines (`self.open_nodes` holds the open brackets between calls), but two trees do not
+        share one. A treebank's outer unlabelled bracket, `( (S ...) )`, makes no node."""
+        completed = []
         tokens = _PTB_TOKEN.findall(line)
         position = 0
         while position < len(tokens):
             token = tokens[position]
             if token == "(":
-                label_and_word = tokens[position + 1].strip() if position + 1 < len(tokens) else ""
-                label, _, word = label_and_word.partition(" ")
-                if not _PTB_LABEL.fullmatch(label) or abs(int(label)) > MAX_NODES:
-                    raise InputError(f"PTB line {line_number}: expected a label after '(', "
-                                     f"an int64, got {label_and_word!r}")
-                node = self.new_node(label=int(label))
-                if open_nodes:
-                    self.children[open_nodes[-1]].append(node)
-                elif root is None:
-                    root = node
-                else:
+                following = tokens[position + 1] if position + 1 < len(tokens) else ""
+                label_and_word = "" if following in "()" else following
+                if not self.open_nodes and completed:
                     raise InputError(f"PTB line {line_number}: more than one tree on the line")
-                open_nodes.append(node)
+                if not self.open_nodes:
+                    self.tree_line = line_number
+                if not label_and_word.strip() and not self.open_nodes and following:
+                    self.open_nodes.append(None)  # the treebank's outer bracket
+                    position += 1 if following in "()" else 2
+                    continue
+                label, _, word = label_and_word.strip().partition(" ")
+                node = self.new_node(label=label_id(label, line_number))
+                parent = next((n for n in reversed(self.open_nodes) if n is not None), None)
+                if parent is not None:
+                    self.children[parent].append(node)
+                else:
+                    self.tree_root = node
+                self.open_nodes.append(node)
                 word = word.strip()
                 if word:
                     self.leaf_values[node] = word_id(word)
                 position += 2
             elif token == ")":
-                if not open_nodes:
+                if not self.open_nodes:
                     raise InputError(f"PTB line {line_number}: unbalanced ')'")
-                open_nodes.pop()
+                self.open_nodes.pop()
+                if not self.open_nodes:
+                    if self.tree_root is None:
+                        raise InputError(f"PTB line {line_number}: an empty tree")
+                    completed.append(self.tree_root)
+                    self.tree_root = None
                 position += 1
             elif token.strip():
                 raise InputError(f"PTB line {line_number}: unexpected text {token.strip()!r}")
             else:
                 position += 1
-        if open_nodes or root is None:
-            raise InputError(f"PTB line {line_number}: unbalanced brackets")
-        return root
+        return completed
 
     def forest(self, roots, leaf_field, kind):
         counts = np.fromiter((len(c) for c in self.children), dtype=np.int64,

@@ -7,7 +7,8 @@ import numpy as np
 
 import recjit as rj
 
-SST_TEST = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst", "test.txt")
+SST_TEST = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                        "shared", "data", "sst", "test.txt"))
 STRUCTURES = {"tree": "trees", "dag": "DAGs", "sequence": "sequences"}
 
 

@@ -380,13 +380,13 @@ def setup(parser, args, machine=None):
     return header, trees
 
 
-def write_results(base, results, markdown_text, plot_to):
-    """`base`.json, `base`.md and, where matplotlib is installed, `base`.png."""
+def write_results(base, results, markdown_text, plot_to=None):
+    """`base`.json, `base`.md and, with `plot_to` where matplotlib is installed, `base`.png."""
     with open(base + ".json", "w") as handle:
         json.dump(results, handle, indent=1)
     with open(base + ".md", "w") as handle:
         handle.write(markdown_text)
-    plotted = plot_to(results, base + ".png")
+    plotted = plot_to(results, base + ".png") if plot_to else None
     print(f"wrote {base}.json, {base}.md" + (f", {plotted}" if plotted else ""))
 
 

@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from bench import write_results
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLES = os.path.join(HERE, "..", "examples")
 
@@ -108,11 +110,8 @@ def main():
     results["compile one process s"] = compiling(1)
     results["compile four processes s"] = compiling(4)
     base = os.path.join(HERE, "results", f"machine-{args.machine}")
-    with open(base + ".json", "w") as handle:
-        json.dump(results, handle, indent=1)
-    with open(base + ".md", "w") as handle:
-        handle.write(markdown(results))
     print(markdown(results))
+    write_results(base, results, markdown(results))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit 
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores
 recjit's kernels need (docs/training.md: 59 ms a step instead of 13 on 2 cores)."""
 import argparse
-import json
 import os
 import platform
 import sys
@@ -41,10 +40,12 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import recjit as rj  # noqa: E402
+from recjit.lowering.backward import row_counts  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
 
+from bench import write_results  # noqa: E402
 from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
 from peers.torch_peers import TorchOps  # noqa: E402
 from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
@@ -307,12 +308,9 @@ def backward_memory(forest, initial):
     states = sum(state.nbytes for state in out.nodes)
     gradients = sum(value.nbytes for name, value in vars(params).items() if name != "E")
     kernel = pullback.compiled.kernel
-    linearized = pullback.linearized
-    rows = {"internal nodes": linearized.leaf_begin,
-            "leaves": linearized.num_nodes - linearized.leaf_begin,
-            "edges": int(linearized.child_ptr[linearized.leaf_begin])}
+    rows = row_counts(pullback.linearized)
     itemsize = np.dtype(kernel.dtype).itemsize
-    kept = sum(rows[output.rows.value] * output.size * itemsize for output in kernel.gradients)
+    kept = sum(rows[output.rows] * output.size * itemsize for output in kernel.gradients)
     return {"forward states bytes": states, "dense gradients bytes": gradients,
             "cotangents bytes": states, "per-node rows bytes": kept,
             "backward / (forward + gradients)": (2 * states + kept + gradients)
@@ -384,12 +382,8 @@ def main():
     results["jacobian"] = jacobian_rows(batches, initial, 4 if args.quick else 8)
     results["memory"] = backward_memory(batches[0], initial)
     base = os.path.join(HERE, "results", f"training-{args.machine}")
-    with open(base + ".json", "w") as handle:
-        json.dump(results, handle, indent=1)
-    with open(base + ".md", "w") as handle:
-        handle.write(markdown(results))
     print(markdown(results))
-    print(f"wrote {base}.json and {base}.md")
+    write_results(base, results, markdown(results))
 
 
 if __name__ == "__main__":

@@ -154,6 +154,7 @@ class RecursiveModel:
         self._cells = {}  # (parameters, fields, analysis) of a `signature` → its cell IR
         self._adjoints = {}  # a `signature` → (its cell IR, its adjoint case by name)
         self._latest = {}
+        self._latest_backward = None  # the backward kernel of the last `vjp`
         self._lock = threading.Lock()
 
     def __call__(self, node, p, *context, **named):
@@ -452,7 +453,7 @@ class RecursiveModel:
         cell = compiled.cell
         _, adjoints, backward = self._backward(key, compiled)
         if backward is not None:
-            self._latest["cpu backward"] = backward
+            self._latest_backward = backward
         if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
                                              compiled.backend_kernel.inputs(linearized))
@@ -573,7 +574,7 @@ class RecursiveModel:
                 analysis, forest, self.with_context(analysis, p, context), backend, None)
             backward = self._backward(key, compiled)[2]
         else:
-            backward = self._latest.get("cpu backward")
+            backward = self._latest_backward
         if backward is None:
             raise RecJitError(f"no backward kernel has been compiled for {self.__name__}: "
                               + ("its backward is interpreted" if forest is not None else

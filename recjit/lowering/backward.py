@@ -100,6 +100,13 @@ def effect_outputs(case, prefix, rows, row):
     return outputs, gradients
 
 
+def row_counts(linearized):
+    """{`RowsOf`: how many rows a `GradientRows` array of that kind has for this forest}."""
+    return {RowsOf.INTERNAL: linearized.leaf_begin,
+            RowsOf.LEAVES: linearized.num_nodes - linearized.leaf_begin,
+            RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
+
+
 def lower_backward(cell, adjoints, row_block):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..})."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",

@@ -8,6 +8,10 @@ a pause, and beside another process; and compiling one kernel in several process
   weights cold); median and 95th percentile while a second process runs the same loop.
 - Compiling: TreeGRU into an empty cache in one process, then in four at once (each process's
   wall time, the import included).
+- A corpus: TreeLSTM h150 over SST train (8,544 trees), float32, in batches of 256, the PTB
+  file read and run: one process on every core, against `recjit.dask` on a local cluster of
+  2 worker processes of one thread each (median of 3 passes, after one that compiles; and
+  the first pass, workers' compiles included). Where SST or Dask is absent, it says so.
 
 Writes benchmarks/results/machine-<machine>.json and .md. A benchmark, never a test."""
 import argparse
@@ -57,6 +61,48 @@ tree_gru.run(rj.Forest.random_binary(3, seed=0, vocab_size=20), make_params(7, 2
 print(time.perf_counter() - started)
 """
 
+CORPUS = """
+import json, sys, time
+sys.path.insert(0, {examples!r})
+import numpy as np
+import recjit as rj
+from tree_lstm import tree_lstm, make_params
+forest = rj.Forest.from_ptb(open({path!r}))
+p = make_params(150, len(forest.vocab), "float32", 0)
+def run_only():
+    return np.concatenate([tree_lstm.run(batch, p).roots[0] for batch in forest.batches(256)])
+def one_process():
+    read = rj.Forest.from_ptb(open({path!r}), vocab=dict(forest.vocab))
+    return np.concatenate([tree_lstm.run(batch, p).roots[0] for batch in read.batches(256)])
+def passes(run):
+    started = time.perf_counter()
+    first = run()
+    first_s = time.perf_counter() - started
+    seconds = []
+    for _ in range(3):
+        started = time.perf_counter()
+        run()
+        seconds.append(time.perf_counter() - started)
+    return first, first_s, float(np.median(seconds))
+if __name__ == "__main__":
+    import dask.bag as db
+    import recjit.dask
+    from distributed import Client, LocalCluster
+    want, _, one_s = passes(one_process)
+    run_s = passes(run_only)[2]
+    with LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \\
+            Client(cluster):
+        lines = db.read_text({path!r}, blocksize="300kB")
+        def on_workers():
+            return recjit.dask.roots(tree_lstm, lines, p, vocab=forest.vocab, threads=1).compute()
+        got, first_s, dask_s = passes(on_workers)
+    assert np.allclose(got, want, rtol=1e-4, atol=1e-5)
+    print(json.dumps({{"trees": int(forest.roots.size), "one process s": one_s,
+                      "one process, trees read before s": run_s,
+                      "dask 2 workers s": dask_s, "dask first pass s": first_s,
+                      "partitions": lines.npartitions}}))
+"""
+
 
 def python(code, environment=None):
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
@@ -86,6 +132,22 @@ def compiling(processes):
         return [float(process.communicate()[0]) for process in started]
 
 
+def corpus_throughput():
+    """One process against `recjit.dask` with 2 workers over SST train, or why not."""
+    path = os.path.join(HERE, "..", "..", "shared", "data", "sst", "train.txt")
+    if not os.path.exists(path):
+        return {"absent": f"no SST train at {os.path.normpath(path)}"}
+    with tempfile.TemporaryDirectory() as scratch:
+        script = os.path.join(scratch, "corpus.py")  # a file: Dask's workers are spawned
+        with open(script, "w") as handle:
+            handle.write(CORPUS.format(examples=EXAMPLES, path=os.path.abspath(path)))
+        process = subprocess.run([sys.executable, script], capture_output=True, text=True,
+                                 check=False)
+    if process.returncode:
+        return {"absent": process.stderr.strip().splitlines()[-1]}
+    return json.loads(process.stdout)
+
+
 def markdown(results):
     lines = [f"# recjit on a shared machine: {results['machine']}", ""]
     for name, row in results["latency"].items():
@@ -94,7 +156,20 @@ def markdown(results):
     one, four = results["compile one process s"], results["compile four processes s"]
     lines += ["## compiling TreeGRU into an empty cache", "",
               f"- one process: {one[0]:.1f} s",
-              f"- four at once: {', '.join(f'{s:.1f}' for s in four)} s"]
+              f"- four at once: {', '.join(f'{s:.1f}' for s in four)} s", ""]
+    corpus = results["corpus"]
+    lines += ["## TreeLSTM h150 over SST train, batches of 256", ""]
+    if "absent" in corpus:
+        lines.append(f"- not measured: {corpus['absent']}")
+    else:
+        trees = corpus["trees"]
+        lines += [(f"- one process, reading the file: {corpus['one process s']:.2f} s "
+                   f"({trees / corpus['one process s']:.0f} trees/s); the trees read before: "
+                   f"{corpus['one process, trees read before s']:.2f} s"),
+                  (f"- recjit.dask, 2 workers of 1 thread, {corpus['partitions']} partitions: "
+                   f"{corpus['dask 2 workers s']:.2f} s "
+                   f"({trees / corpus['dask 2 workers s']:.0f} trees/s); first pass "
+                   f"{corpus['dask first pass s']:.2f} s")]
     return "\n".join(lines) + "\n"
 
 
@@ -109,6 +184,7 @@ def main():
         "TreeRNN h256, 1 tree": latency("tree_rnn", "tree_rnn", 1, seconds)}}
     results["compile one process s"] = compiling(1)
     results["compile four processes s"] = compiling(4)
+    results["corpus"] = corpus_throughput()
     base = os.path.join(HERE, "results", f"machine-{args.machine}")
     print(markdown(results))
     write_results(base, results, markdown(results))

@@ -23,17 +23,21 @@ from .threads import get_num_threads, set_num_threads
 __version__ = "0.1.0"
 
 
+_EXTRAS = {"torch": ("PyTorch", ("torch",)), "dask": ("Dask", ("dask", "cloudpickle"))}
+
+
 def __getattr__(name):
-    """`rj.torch`, imported when first used: `import recjit` needs no PyTorch."""
-    if name == "torch":
+    """`rj.torch`, `rj.dask`, imported when first used: `import recjit` needs neither."""
+    if name in _EXTRAS:
         import importlib
+        needs, packages = _EXTRAS[name]
         try:
-            return importlib.import_module(".torch", __name__)
+            return importlib.import_module(f".{name}", __name__)
         except ImportError as error:
-            if error.name != "torch":
+            if error.name not in packages:
                 raise
-            raise ImportError("recjit.torch needs PyTorch: pip install 'recjit[torch]'",
-                              name="torch") from None
+            raise ImportError(f"recjit.{name} needs {needs}: pip install 'recjit[{name}]'",
+                              name=error.name) from None
     raise AttributeError(f"module 'recjit' has no attribute {name!r}")
 
 

@@ -156,6 +156,7 @@ class RecursiveModel:
         self._latest = {}
         self._latest_backward = None  # the backward kernel of the last `vjp`
         self._lock = threading.Lock()
+        self.kernels_compiled = 0  # forward kernels this process compiled or loaded from disk
 
     def __call__(self, node, p, *context, **named):
         """The plain recursion (reference semantics) on a node view. `named`: context
@@ -306,6 +307,7 @@ class RecursiveModel:
                                                     self.arity, barriers)
 
                     def compile_schedule(chosen):
+                        self.kernels_compiled += 1
                         kernel = lower(cell, chosen)
                         fast_math = chosen.fast_math and cell.dtype == "float32"
                         return Compiled(cell, chosen, kernel, backend_kernel(
@@ -587,9 +589,8 @@ class RecursiveModel:
                 grad=False):
         """The cell IR, the linearized forest and the ILIR kernel, as an `Explanation` (a str
         a notebook or the REPL shows once; `print()` it in a script, or pass `file` to write it
-        there); with
-        `grad=True`, the adjoint of each case too, and the backward kernel's ILIR, which
-        `vjp`'s pullback runs (on the CPU)."""
+        there); with `grad=True`, the adjoint of each case too, and the backward kernel's ILIR,
+        which `vjp`'s pullback runs (on the CPU)."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         key, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,

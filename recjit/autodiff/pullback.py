@@ -259,9 +259,11 @@ class Sink:
             return [RowGrad.summed(indices[owner == tree], values[owner == tree], shape,
                                    self.dtype) for tree in range(trees)]
         leading = () if self.trees is None else (trees,)
-        total = np.zeros(leading + tuple(shape), dtype=self.dtype)
-        if name in self.dense:
-            total += np.asarray(self.dense[name], dtype=self.dtype).reshape(total.shape)
+        if name in self.dense:  # an array of its own, C-ordered as the parameter is
+            total = np.asarray(np.asarray(self.dense[name]).reshape(leading + tuple(shape)),
+                               dtype=self.dtype, order="C")
+        else:
+            total = np.zeros(leading + tuple(shape), dtype=self.dtype)
         for indices, values, nodes in gathered:
             if self.trees is None:
                 np.add.at(total, indices, values)

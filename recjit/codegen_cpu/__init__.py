@@ -127,6 +127,6 @@ class CpuBackward(GeneratedKernel):
 
     def weight_gradient(self, a_columns, b_columns):
         """Σ a ⊗ b over the columns (a node's each) of a `GradientRows` pair: one product."""
-        product = np.empty((b_columns.shape[0], a_columns.shape[0]), dtype=self.dtype)
-        _weight_gradient(a_columns, b_columns, product, self.row_block)
-        return product.T
+        product = np.empty((a_columns.shape[0], b_columns.shape[0]), dtype=self.dtype)
+        _weight_gradient(b_columns, a_columns, product, self.row_block)
+        return product

@@ -34,9 +34,9 @@ class GradientRow:
     row: object
     columns: bool = False
 
-    def stores(self, lowering, emitter, value, position):
-        at = (Var("e"), self.row) if self.columns else (self.row, Var("e"))
-        return [Store(self.array, at, emitter.element(value, Var("e"), position))]
+    def stores(self, lowering, emitter, value, position, element):
+        at = (element, self.row) if self.columns else (self.row, element)
+        return [Store(self.array, at, emitter.element(value, element, position))]
 
 
 @dataclass(frozen=True)
@@ -46,10 +46,10 @@ class ChildCotangent:
     array: str
     child: int
 
-    def stores(self, lowering, emitter, value, position):
-        at = (lowering.child(self.child), Var("e"))
+    def stores(self, lowering, emitter, value, position, element):
+        at = (lowering.child(self.child), element)
         return [Store(self.array, at, BinOp("+", Load(self.array, at),
-                                            emitter.element(value, Var("e"), position)))]
+                                            emitter.element(value, element, position)))]
 
 
 @dataclass(frozen=True)
@@ -63,8 +63,8 @@ class EachChild:
     columns: bool = False
     each_child = True
 
-    def store(self, term):
-        at = (Var("edge") if self.by_edge else Var("child"), Var("e"))
+    def store(self, term, element):
+        at = (Var("edge") if self.by_edge else Var("child"), element)
         if self.columns:
             at = at[::-1]
         if not self.by_edge:
@@ -113,7 +113,8 @@ def lower_backward(cell, adjoints, row_block):
                                                     RowsOf.INTERNAL, Var("node"))
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
-                              row_block, Var("max_batch_edges"), children_inside=True)
+                              row_block, Var("max_batch_edges"), children_inside=True,
+                              shared_segments=True)
     allocations, statements = batch_pass.lower(batch_outputs)
     batch_loop = Loop("b", Const(0), BinOp("-", Var("num_batches"), Const(1)), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),
@@ -125,7 +126,7 @@ def lower_backward(cell, adjoints, row_block):
                                                   Var("slot"))
     leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
-                             row_block)
+                             row_block, shared_segments=True)
     leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
              Comment("the batches of internal nodes, roots first")] + allocations

@@ -16,6 +16,7 @@
 - Unrolling (`Schedule(unroll=k)`): a batch of k heights is a parallel loop over subtrees, each
   computed node after node by one worker (`unrolled_batch`).
 """
+import functools
 from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ..errors import UnsupportedError
@@ -414,13 +415,18 @@ class PassLowering:
     matrix products, then the fused elementwise loop that stores the outputs."""
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
-                 edge_capacity=None, distinct=None, first_node=None, children_inside=False):
+                 edge_capacity=None, distinct=None, first_node=None, children_inside=False,
+                 shared_segments=False):
         self.cell = cell
         # Values per child packed inside each element loop, a loop over the edges within it,
         # not the element loops inside a loop over the edges: the node's own values (a
         # backward pass's cotangents, themselves sums over the children) are then computed
         # once an element, not once an edge.
         self.children_inside = children_inside
+        # Segments of equal length in one element loop (`shared_element_loops`), which
+        # computes what they have in common once: a backward pass's chain of cotangents,
+        # which every gate's segment reads.
+        self.shared_segments = shared_segments
         self.first_node = first_node or Var("begin")  # the pass's first node: its edges begin there
         self.case = case
         self.row_block = row_block
@@ -562,7 +568,7 @@ class PassLowering:
             matrix, vector = self.case.ops[value].args
             key = (self.case.ops[matrix].attrs[0], self.case.ops[vector].per_child)
             groups.setdefault(key, []).append((value, vector))
-        allocations, node_packs, edge_packs, products = [], [], [], []
+        allocations, node_packs, edge_packs, products, shared = [], [], [], [], []
         for (weight, per_child), uses in groups.items():
             suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
             x, y = (f"{self.prefix}{side}{suffix}_{label(weight)}" for side in "xy")
@@ -584,23 +590,27 @@ class PassLowering:
                     else Var(self.product_slot))
             row = 0
             for (product, operand), (columns,) in zip(uses, widths):
-                def pack(emitter, position, operand=operand, row=row, x=x, stride=stride,
-                         slot=slot, columns=columns, per_child=per_child):
-                    at = _packed_index(slot, stride, row, columns, Var("k"))
+                def pack(emitter, position, element, operand=operand, row=row, x=x,
+                         stride=stride, slot=slot, columns=columns, per_child=per_child):
+                    at = _packed_index(slot, stride, row, columns, element)
                     if per_child and self.children_inside:
-                        return for_each_child(self, emitter, position, "k", [
+                        return for_each_child(self, emitter, position, element, [
                             (operand, lambda term, at=at, x=x: Store(x, at, term))])
-                    return [Store(x, at, emitter.element(operand, Var("k"), position))]
+                    return [Store(x, at, emitter.element(operand, element, position))]
 
                 self.uses_edges |= per_child
                 inside = per_child and not self.children_inside
-                (edge_packs if inside else node_packs).extend(self.element_loops(
-                    "k", [operand], inner * columns, pack, columns if columns > 1 else 0))
+                if self.shared_segments and not inside and columns == 1:
+                    shared.append(([operand], inner, pack))
+                else:
+                    (edge_packs if inside else node_packs).extend(self.element_loops(
+                        "k", [operand], inner * columns, pack, columns if columns > 1 else 0))
                 self.locations[product] = (y, stride, row, slot, columns)
                 row += columns
             count = Var("num_edges") if per_child else self.product_count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block))
+        node_packs += self.shared_element_loops("k", shared)
         if edge_packs:
             self.uses_edges = True
             node_packs.append(over_children(edge_packs))
@@ -636,10 +646,31 @@ class PassLowering:
             self.node_emitter = ElementEmitter(self)
         for low, high in ranges:
             emitter = ElementEmitter(self, self.node_emitter, "node")
-            body = stores(emitter, low)
+            body = stores(emitter, low, Var(variable))
             loops.append(Loop(variable, Const(low), Const(high),
                               tuple(emitter.statements) + tuple(body), LoopRole.ELEMENTS,
                               columns=columns))
+        return loops
+
+    def shared_element_loops(self, variable, requests):
+        """One element loop per segment length of `requests` ((values, size, stores) each):
+        segments of one length share the loop and its emitter, each storing at its own
+        offset (element `variable` + its first), so that a value two segments read at the
+        same element is computed once. Their stores write rows that no value reads."""
+        by_length = {}
+        for values, size, stores in requests:
+            for low, high in segments(self.case.ops, values, size):
+                by_length.setdefault(high - low, []).append((low, stores))
+        if by_length and self.node_emitter is None:
+            self.node_emitter = ElementEmitter(self)
+        loops = []
+        for length, parts in by_length.items():
+            emitter = ElementEmitter(self, self.node_emitter, "node")
+            body = []
+            for low, stores in parts:
+                body += stores(emitter, low, add(Var(variable), low))
+            loops.append(Loop(variable, Const(0), Const(length),
+                              tuple(emitter.statements) + tuple(body), LoopRole.ELEMENTS))
         return loops
 
     def transposed_columns(self, values):
@@ -670,36 +701,43 @@ class PassLowering:
         by_size = {}
         for value, target in outputs:
             by_size.setdefault(self.case.ops[value].size, []).append((value, target))
-        body = []
+        body, shared = [], []
         for size, group in by_size.items():
             values = [v for v, _ in group]
-            body += self.element_loops(
-                "e", values, size,
-                lambda emitter, position, group=group: self.stores(group, emitter, position),
-                self.transposed_columns(values))
+
+            def stores(emitter, position, element, group=group):
+                return self.stores(group, emitter, position, element)
+
+            columns = self.transposed_columns(values)
+            if self.shared_segments and not columns:
+                shared.append((values, size, stores))
+            else:
+                body += self.element_loops("e", values, size, stores, columns)
+        body += self.shared_element_loops("e", shared)
         return self.slot_loop(body)
 
-    def stores(self, group, emitter, position):
-        """The statements that put each (value, target) of `group` at element e; the targets
-        with a value per child (`each_child`) share one loop over the edges."""
+    def stores(self, group, emitter, position, element):
+        """The statements that put each (value, target) of `group` at `element` (an element
+        loop's index, plus its segment's offset); the targets with a value per child
+        (`each_child`) share one loop over the edges."""
         statements, each_child = [], []
         for value, target in group:
             if getattr(target, "each_child", False):
-                each_child.append((value, target.store))
+                each_child.append((value, functools.partial(target.store, element=element)))
             else:
-                statements += target.stores(self, emitter, value, position)
+                statements += target.stores(self, emitter, value, position, element)
         if each_child:
-            statements += for_each_child(self, emitter, position, "e", each_child)
+            statements += for_each_child(self, emitter, position, element, each_child)
         return statements
 
 
 def for_each_child(lowering, emitter, position, element, stores):
-    """A loop over the node's edges inside an element loop (over `element`): each (value,
+    """A loop over the node's edges inside an element loop, at index `element`: each (value,
     store) of `stores` gives the store of its value's element for each child, computed once
     an edge by a child emitter whose parent computes the node's own values, once an
     element."""
     terms = ElementEmitter(lowering, emitter, "child")
-    body = [store(terms.element(value, Var(element), position)) for value, store in stores]
+    body = [store(terms.element(value, element, position)) for value, store in stores]
     return [over_children(tuple(terms.statements) + tuple(body))]
 
 
@@ -709,9 +747,9 @@ class StateRow:
 
     array: str
 
-    def stores(self, lowering, emitter, value, position):
-        return [Store(self.array, (Var("node"), Var("e")),
-                      emitter.element(value, Var("e"), position))]
+    def stores(self, lowering, emitter, value, position, element):
+        return [Store(self.array, (Var("node"), element),
+                      emitter.element(value, element, position))]
 
 
 def depends_on_children(ops):

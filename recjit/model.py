@@ -139,6 +139,11 @@ class Prepared:
     inputs: tuple  # the kernel's arguments from the forest (`backend_kernel.inputs`)
 
 
+# The nodes a jacobian's backward pass takes at once: the forest is copied once per output
+# element, in groups of copies of about this many nodes, whose rows stay in cache.
+JACOBIAN_NODES = 8192
+
+
 class RecursiveModel:
     def __init__(self, function, arity, kind, schedule):
         functools.update_wrapper(self, function)
@@ -152,7 +157,9 @@ class RecursiveModel:
         self._analyses = {}  # (the outside names, a `Binding.key`) → its `Analysis`
         self._compiled = {}
         self._cells = {}  # (parameters, fields, analysis) of a `signature` → its cell IR
-        self._adjoints = {}  # a `signature` → (its cell IR, its adjoint case by name)
+        # (a `signature`, the effects wanted) → (its cell IR, its adjoint case by name, the
+        # backward kernel)
+        self._adjoints = {}
         self._latest = {}
         self._latest_backward = None  # the backward kernel of the last `vjp`
         self._lock = threading.Lock()
@@ -448,13 +455,19 @@ class RecursiveModel:
         if backend != "cpu":
             raise RecJitError(f"vjp computes gradients on the CPU (backend='cpu'), not "
                               f"backend={backend!r}")
+        return self._vjp(forest, p, schedule, context)
+
+    def _vjp(self, forest, p, schedule, context, wanted=None):
+        """`vjp` on the CPU, its backward kernel computing only the `wanted` effects
+        ((effect, parameter or field) pairs; None: every one)."""
+        backend = "cpu"
         analysis = self.analyse()
         p = _on_host(self.with_context(analysis, p, context), analysis.parameters)
         forest, key, compiled, linearized = self._checked(analysis, forest, p, backend,
                                                           schedule)
         cell = compiled.cell
-        _, adjoints, backward = self._backward(key, compiled)
-        if backward is not None:
+        _, adjoints, backward = self._backward(key, compiled, wanted)
+        if backward is not None and wanted is None:
             self._latest_backward = backward
         if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
@@ -467,18 +480,20 @@ class RecursiveModel:
         return result, Pullback(cell, adjoints, linearized, states, p, analysis.usage.context,
                                 backward)
 
-    def _backward(self, key, compiled):
+    def _backward(self, key, compiled, wanted=None):
         """(the cell, its adjoint case by name, the compiled backward kernel or None) for a
-        signature's compiled forward. A DAG model's backward is interpreted: two parents in
-        one batch would add to a shared child's cotangent at once."""
+        signature's compiled forward, computing the `wanted` effects (None: all). A DAG
+        model's backward is interpreted: two parents in one batch would add to a shared
+        child's cotangent at once."""
         cell = compiled.cell
-        entry = self._adjoints.get(key)
+        entry = self._adjoints.get((key, wanted))
         if entry is None or entry[0] is not cell:
             adjoints = {case.name: adjoint_case(case, cell.filename) for case in cell.cases}
             backward = None
             if self.kind != "dag":
                 try:
-                    kernel = lower_backward(cell, adjoints, compiled.schedule.row_block)
+                    kernel = lower_backward(cell, adjoints, compiled.schedule.row_block,
+                                            wanted)
                 except UnsupportedError:
                     kernel = None  # a construct the backward lowering does not take yet
                 if kernel is not None:
@@ -486,7 +501,7 @@ class RecursiveModel:
                     backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes,
                                            compiled.schedule.row_block)
             entry = (cell, adjoints, backward)
-            self._adjoints[key] = entry
+            self._adjoints[(key, wanted)] = entry
         return entry
 
     def _height_batched(self, forest, linearized, states):
@@ -520,20 +535,31 @@ class RecursiveModel:
                              f"{sorted(cell.fields)} and gathers from "
                              f"{sorted({table for _, table, _ in cell.gathers})}")
         tree_of_nodes(self.linearize(forest))  # a node of two roots has no one root
+        wanted = frozenset({("grad_table" if gathered else "grad_field", wrt)})
+        pullback = self._vjp(forest, p, None, context, wanted)[1]
         shape = cell.state_shapes[output]
         elements = int(np.prod(shape))
-        _, pullback = self.vjp(Forest.concat([forest] * elements), p, context=context)
-        units = np.repeat(np.eye(elements, dtype=cell.dtype), forest.roots.size, axis=0)
-        roots = [None] * len(cell.state_shapes)
-        roots[output] = units.reshape((-1,) + shape)
-        sink = pullback.backward(roots=tuple(roots) if cell.state_is_tuple else roots[0])
-        if gathered:
-            values = sink.gathered_by_node(wrt, cell.parameters[wrt][1:])
-        else:
-            values = sink.gradients(pullback.context).fields[wrt]
-        per_node = values.shape[1:]
-        values = values.reshape((elements, forest.num_nodes) + per_node)
-        return np.moveaxis(values, 0, 1).reshape((forest.num_nodes,) + shape + per_node)
+        copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))
+        pullbacks = {}
+        parts = []
+        for first in range(0, elements, copies):
+            chunk = min(copies, elements - first)
+            if chunk not in pullbacks:
+                pullbacks[chunk] = self._copies_pullback(pullback, forest, chunk)
+            parts.append(_jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered,
+                                        first, chunk))
+        values = np.concatenate(parts)  # (elements, nodes, *per node)
+        return np.moveaxis(values, 0, 1).reshape((forest.num_nodes,) + shape + values.shape[2:])
+
+    def _copies_pullback(self, pullback, forest, copies):
+        """`pullback` (of a run on `forest`) for the forest taken `copies` times
+        (`Forest.concat`), the run's states copied to each: the forward runs once."""
+        linearized = self.linearize(Forest.concat([forest] * copies))
+        original = pullback.linearized
+        rows = original.new_of_old[linearized.old_of_new % forest.num_nodes]
+        return Pullback(pullback.cell, pullback.adjoints, linearized,
+                        [state[rows] for state in pullback.states], pullback.params,
+                        pullback.context, pullback.compiled)
 
     @_user_facing
     def reference(self, forest, p, context=()):
@@ -818,3 +844,19 @@ def check_finite_inputs(cell, forest, p):
             where = f"node {index[0]}, " if what.startswith("field") else ""
             raise InputError(f"{what} holds {values[index]} at {where}index {index}; "
                              "check_finite=True refuses NaN and infinite inputs")
+
+
+def _jacobian_rows(pullback, forest, output, wrt, gathered, first, count):
+    """Rows `first`..`first + count` of a jacobian (over state `output`'s elements), from a
+    pullback of the forest taken `count` times: copy k's roots get element first + k's unit
+    cotangent. (count, nodes, *the field's or row's shape)."""
+    cell = pullback.cell
+    shape = cell.state_shapes[output]
+    units = np.zeros((count, int(np.prod(shape))), dtype=cell.dtype)
+    units[np.arange(count), first + np.arange(count)] = 1
+    roots = [None] * len(cell.state_shapes)
+    roots[output] = np.repeat(units, forest.roots.size, axis=0).reshape((-1,) + shape)
+    sink = pullback.backward(roots=tuple(roots) if cell.state_is_tuple else roots[0])
+    values = (sink.gathered_by_node(wrt, cell.parameters[wrt][1:]) if gathered
+              else sink.field_by_node(wrt))
+    return values.reshape((count, forest.num_nodes) + values.shape[1:])

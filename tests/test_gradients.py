@@ -242,8 +242,11 @@ def test_per_tree_gradients_and_jacobians_refuse_a_node_two_trees_share_naming_i
         dag_rnn.jacobian(forest, p, wrt="x")
 
 
+@pytest.mark.parametrize("nodes_at_once", [8192, 25], ids=["one pass", "passes of 2 copies"])
 @pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
-def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt):
+def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_once,
+                                                               monkeypatch):
+    monkeypatch.setattr(rj.model, "JACOBIAN_NODES", nodes_at_once)
     rng = np.random.default_rng(4)
     forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])
     forest.fields["x"] = rng.normal(size=(forest.num_nodes, 2))

@@ -229,17 +229,19 @@ class Sink:
             by_node[nodes] += values
         return by_node[self.linearized.new_of_old]
 
+    def field_by_node(self, name):
+        """A float field's gradient, a row per node in the forest's order."""
+        gradient = self.field_gradients.get(name)
+        if gradient is None:
+            gradient = np.zeros((self.linearized.num_nodes,) + tuple(self.cell.fields[name][0]),
+                                self.dtype)
+        return gradient[self.linearized.new_of_old]
+
     def gradients(self, context):
         arguments = {name: self.parameter(name, shape)
                      for name, shape in self.cell.parameters.items()}
-        fields = {}
-        for name, (shape, dtype) in self.cell.fields.items():
-            if np.dtype(dtype).kind != "f":
-                continue
-            gradient = self.field_gradients.get(name)
-            if gradient is None:
-                gradient = np.zeros((self.linearized.num_nodes,) + tuple(shape), self.dtype)
-            fields[name] = gradient[self.linearized.new_of_old]
+        fields = {name: self.field_by_node(name)
+                  for name, (_, dtype) in self.cell.fields.items() if np.dtype(dtype).kind == "f"}
         params = {name: value for name, value in arguments.items() if name not in context}
         return Gradients(params, fields, [arguments[name] for name in context])
 

@@ -76,11 +76,16 @@ EFFECT_NAMES = {"grad_param": "grad", "grad_param_outer": "grad", "grad_table": 
                 "grad_field": "grad_field"}
 
 
-def effect_outputs(case, prefix, rows, row):
+def effect_outputs(case, prefix, rows, row, wanted=None):
     """(the pass's outputs, the `GradientRows` they fill): each effect of adjoint `case`
-    where it goes; `rows`, `row`: what a node's row of a gradient array is, and its index."""
+    where it goes, of those `wanted` ((effect, parameter or field) pairs; None: all), and
+    every child's cotangent; `rows`, `row`: what a node's row of a gradient array is, and its
+    index."""
     outputs, gradients = [], []
     for index, op in enumerate(case.ops):
+        if op.kind in EFFECT_NAMES and wanted is not None \
+                and (op.kind, op.attrs[0]) not in wanted:
+            continue
         if op.kind == "grad_child":
             child, component = op.attrs
             target = (EachChild(cotangent_name(component), False) if child == EACH
@@ -107,10 +112,11 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
-def lower_backward(cell, adjoints, row_block):
-    """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..})."""
+def lower_backward(cell, adjoints, row_block, wanted=None):
+    """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
+    computing the `wanted` effects ((effect, parameter or field) pairs; None: all)."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
-                                                    RowsOf.INTERNAL, Var("node"))
+                                                    RowsOf.INTERNAL, Var("node"), wanted)
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
                               row_block, Var("max_batch_edges"), children_inside=True,
@@ -123,7 +129,7 @@ def lower_backward(cell, adjoints, row_block):
         + [Barrier("the next batch reads the cotangents this one sent its children")]),
         LoopRole.BATCHES)
     leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
-                                                  Var("slot"))
+                                                  Var("slot"), wanted)
     leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
                              row_block, shared_segments=True)
@@ -132,10 +138,11 @@ def lower_backward(cell, adjoints, row_block):
              Comment("the batches of internal nodes, roots first")] + allocations
             + [batch_loop, Comment("every leaf at once, its parents all done")]
             + leaf_allocations + leaf_statements)
-    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients))
+    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
+                            wanted)
 
 
-def _backward_kernel(cell, adjoints, body, gradients):
+def _backward_kernel(cell, adjoints, body, gradients, wanted):
     components = range(len(cell.state_shapes))
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in STRUCTURE)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
@@ -144,7 +151,9 @@ def _backward_kernel(cell, adjoints, body, gradients):
              + tuple(Argument(state_name(c), ArgumentRole.STATE) for c in components)
              + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
              + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
-    return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
+    restricted = "" if wanted is None else "_of_" + "_".join(sorted(label(name)
+                                                                    for _, name in wanted))
+    return Kernel(f"{cell.name}_backward{restricted}", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,
                   gradients=gradients)

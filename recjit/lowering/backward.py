@@ -138,11 +138,14 @@ def lower_backward(cell, adjoints, row_block, wanted=None):
              Comment("the batches of internal nodes, roots first")] + allocations
             + [batch_loop, Comment("every leaf at once, its parents all done")]
             + leaf_allocations + leaf_statements)
-    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
-                            wanted)
+    if wanted is not None:
+        names = ", ".join(f"`{label(name)}`" for name in sorted(name for _, name in wanted))
+        body.insert(0, Comment(f"only the effects on {names}, for a jacobian: no other "
+                               "gradient"))
+    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients))
 
 
-def _backward_kernel(cell, adjoints, body, gradients, wanted):
+def _backward_kernel(cell, adjoints, body, gradients):
     components = range(len(cell.state_shapes))
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in STRUCTURE)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
@@ -151,9 +154,7 @@ def _backward_kernel(cell, adjoints, body, gradients, wanted):
              + tuple(Argument(state_name(c), ArgumentRole.STATE) for c in components)
              + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
              + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
-    restricted = "" if wanted is None else "_of_" + "_".join(sorted(label(name)
-                                                                    for _, name in wanted))
-    return Kernel(f"{cell.name}_backward{restricted}", cell.dtype, SCALARS,
+    return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,
                   gradients=gradients)

@@ -482,24 +482,22 @@ class RecursiveModel:
 
     def _backward(self, key, compiled, wanted=None):
         """(the cell, its adjoint case by name, the compiled backward kernel or None) for a
-        signature's compiled forward, computing the `wanted` effects (None: all). A DAG
-        model's backward is interpreted: two parents in one batch would add to a shared
-        child's cotangent at once."""
+        signature's compiled forward, computing the `wanted` effects (None: all). Without a
+        kernel (a construct its lowering does not take), the adjoint is interpreted."""
         cell = compiled.cell
         entry = self._adjoints.get((key, wanted))
         if entry is None or entry[0] is not cell:
             adjoints = {case.name: adjoint_case(case, cell.filename) for case in cell.cases}
             backward = None
-            if self.kind != "dag":
-                try:
-                    kernel = lower_backward(cell, adjoints, compiled.schedule.row_block,
-                                            wanted)
-                except UnsupportedError:
-                    kernel = None  # a construct the backward lowering does not take yet
-                if kernel is not None:
-                    fast_math = compiled.schedule.fast_math and cell.dtype == "float32"
-                    backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes,
-                                           compiled.schedule.row_block)
+            try:
+                kernel = lower_backward(cell, adjoints, compiled.schedule.row_block, wanted,
+                                        shared_children=self.kind == "dag")
+            except UnsupportedError:
+                kernel = None  # a construct the backward lowering does not take yet
+            if kernel is not None:
+                fast_math = compiled.schedule.fast_math and cell.dtype == "float32"
+                backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes,
+                                       compiled.schedule.row_block)
             entry = (cell, adjoints, backward)
             self._adjoints[(key, wanted)] = entry
         return entry
@@ -671,7 +669,7 @@ class RecursiveModel:
 def _backward_line(backward):
     if backward is None:
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
-                "(a DAG's shared children would take two parents' parts at once)")
+                "(the backward lowering does not take one of the cell's constructs yet)")
     return ("the backward is one call of the numba parallel kernel above; the host then "
             "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
 

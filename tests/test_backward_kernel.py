@@ -1,7 +1,7 @@
 """The compiled backward (`lowering.backward`) beyond the zoo's gradients (which
 `test_gradients.py` checks against the adjoint NumPy evaluates, in the process that compiled
-them): per-tree gradients, the DAG model's interpreted backward, and the kernel as `explain`
-and `kernel_source` show it."""
+them): per-tree gradients, DAGs' shared children, and the kernel as `explain` and
+`kernel_source` show it."""
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -31,14 +31,51 @@ def test_per_tree_gradients_from_the_compiled_backward_are_the_adjoints(forest, 
         np.testing.assert_allclose(np.asarray(own), np.asarray(theirs), rtol=1e-10, atol=1e-12)
 
 
-@settings(max_examples=1)
-@given(forest=random_dags(HIDDEN, max_nodes=8))
-def test_a_dag_models_backward_is_interpreted_and_explain_says_so(forest):
-    """Two parents in one batch would add to a shared child's cotangent at once."""
-    p = dag_rnn_params(HIDDEN, dtype="float64", seed=0)
-    _, pullback = dag_rnn.vjp(forest, p)
-    assert pullback.compiled is None
-    assert "the backward is interpreted" in dag_rnn.explain(forest, p, grad=True)
+@few
+@given(forest=random_dags(HIDDEN, max_nodes=12), seed=seeds)
+def test_a_dag_models_compiled_backward_gathers_what_every_parent_sent(forest, seed):
+    p = dag_rnn_params(HIDDEN, dtype="float64", seed=seed % 7)
+    pullback, roots, nodes = pullback_and_cotangents(dag_rnn, forest, p, seed)
+    assert pullback.compiled is not None
+    got = pullback(roots=roots, nodes=nodes)
+    expected = pullback.interpreted()(roots=roots, nodes=nodes)
+    for name in ("W", "U", "b"):
+        np.testing.assert_allclose(getattr(got.params, name), getattr(expected.params, name),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(got.fields["x"], expected.fields["x"], rtol=1e-10, atol=1e-12)
+
+
+@rj.recursive_model(arity=2, kind="dag")
+def binary_dag(node, p):
+    """Two children each, which other nodes may share: the edge to each is its own row."""
+    if node.is_leaf:
+        return rj.tanh(p.W @ node.x)
+    return rj.tanh(p.U @ binary_dag(node.left, p) + p.V @ binary_dag(node.right, p))
+
+
+def test_a_fixed_arity_dag_node_that_has_one_child_twice_sends_it_both_parts():
+    rng = np.random.default_rng(2)
+    edges = [(0, 1), (0, 2), (1, 3), (1, 4), (2, 4), (2, 4)]  # node 2 reads node 4 twice
+    forest = rj.Forest.from_edges(5, edges, {"x": rng.normal(size=(5, 2))})
+    p = rj.Params(W=rng.normal(size=(HIDDEN, 2)), U=rng.normal(size=(HIDDEN, HIDDEN)) / 2,
+                  V=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+    out, pullback = binary_dag.vjp(forest, p)
+    cotangent = rng.normal(size=out.roots[0].shape)
+    got = pullback(roots=cotangent)
+    expected = pullback.interpreted()(roots=cotangent)
+    for name in ("W", "U", "V"):
+        np.testing.assert_allclose(getattr(got.params, name), getattr(expected.params, name),
+                                   rtol=1e-10, err_msg=name)
+    np.testing.assert_allclose(got.fields["x"], expected.fields["x"], rtol=1e-10)
+
+
+def test_explain_with_grad_shows_a_dags_nodes_gathering_from_their_parents():
+    forest = rj.Forest.grid_dag(2, 2, fields={"x": np.ones((4, HIDDEN))})
+    text = dag_rnn.explain(forest, dag_rnn_params(HIDDEN, dtype="float64", seed=0), grad=True)
+    backward = text[text.index("== backward ILIR (cpu) =="):]
+    assert "for parent in [parent_ptr[node], parent_ptr[(node + 1)])" in backward
+    assert "edge_cot_0" in backward
+    assert "the backward is one call of the numba parallel kernel" in backward
 
 
 def test_kernel_source_with_grad_prints_the_backward_kernel_of_the_last_vjp():

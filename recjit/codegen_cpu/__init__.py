@@ -122,6 +122,10 @@ class CpuBackward(GeneratedKernel):
         arrays.update(gradients)
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.STATE), states))
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.COTANGENT), cotangents))
+        num_edges = int(linearized.child_ptr[-1])
+        arrays.update((name, np.zeros((num_edges, cotangent.shape[1]), dtype=self.dtype))
+                      for name, cotangent in zip(
+                          self.kernel.arrays_of(ArgumentRole.EDGE_COTANGENT), cotangents))
         self.launch_with(scalars, arrays, params)
         return gradients
 

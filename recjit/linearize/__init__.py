@@ -2,7 +2,8 @@
 from ..generated import guard_caches
 from . import linearizer, unroll
 from .forest import Forest, random_bracketing
-from .linearizer import Linearized, distinct, first_outside, linearize, one_node_per_batch
+from .linearizer import (Linearized, distinct, first_outside, linearize, one_node_per_batch,
+                         parent_edges)
 from .unroll import unroll_batches
 
 guard_caches(linearizer, unroll)

@@ -384,6 +384,17 @@ def first_outside(values, rows):
     return int(_first_outside(np.ascontiguousarray(values).reshape(-1), rows))
 
 
+def parent_edges(linearized):
+    """(parent_ptr, parent_edge): node n's edges from its parents are
+    parent_edge[parent_ptr[n]:parent_ptr[n + 1]], positions in `child_idx` (a DAG's backward
+    gathers what each parent sent it)."""
+    edges = linearized.child_idx
+    parent_edge = np.argsort(edges, kind="stable").astype(np.int64)
+    counts = np.bincount(edges, minlength=linearized.num_nodes)
+    parent_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    return parent_ptr, parent_edge
+
+
 def one_node_per_batch(linearized):
     """The same numbering with every internal node a batch of its own, the children's
     batches first (`Schedule(dynamic_batching=False)`); the leaves stay one batch."""

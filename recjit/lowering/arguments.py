@@ -3,7 +3,7 @@ same for every backend, since the lowering named them."""
 import numpy as np
 
 from ..frontend.cell_ir import transposed
-from ..linearize import distinct
+from ..linearize import distinct, parent_edges
 from .ilir import ArgumentRole
 from .lower import field_name, param_name
 
@@ -25,6 +25,8 @@ def forest_arguments(kernel, linearized):
         scalars["max_children"] = int(np.diff(linearized.child_ptr).max(initial=0))
     if "root_node" in kernel.arrays:
         arrays["root_node"], scalars["num_roots"] = linearized.roots, linearized.roots.size
+    if "parent_ptr" in kernel.arrays:
+        arrays["parent_ptr"], arrays["parent_edge"] = parent_edges(linearized)
     if "item_begin" in kernel.arrays:
         arrays["batch_item"], arrays["item_begin"] = linearized.batch_item, linearized.item_begin
     if kernel.distinct_key:

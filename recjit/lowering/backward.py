@@ -7,15 +7,18 @@ forward: its products packed by weight (the forward's, recomputed from the child
 states, and the transposed weights' that carry cotangents back), its elementwise ops fused in
 one loop over the elements. What a pass sends on is where the effects go:
 
-- `grad_child`: added to the child's row of the cotangent (`cot_c`). A child has one parent,
-  so no other node of the batch adds to the same row; a DAG's shared children would, and are
-  not lowered here.
+- `grad_child`: added to the child's row of the cotangent (`cot_c`). A tree's child has one
+  parent, so no other node of the batch adds to the same row. A DAG's child may have several
+  in one batch: each parent stores its part in the edge's row of `edge_cot_c` instead, and
+  a batch begins by summing into each node's cotangent the rows of its edges from its
+  parents (`parent_ptr`, `parent_edge`), all of them in earlier batches.
 - every other effect: a row per node (per edge, for a value per child) of a `GradientRows`
   array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
   a and b a column per node, and is one product of the two over all nodes, with the
   kernels' own products (`codegen_cpu.calls.weight_gradient`).
 
 After the last batch, one pass over every leaf."""
+import math
 from dataclasses import dataclass
 
 from ..frontend.cell_ir import EACH, label
@@ -53,6 +56,19 @@ class ChildCotangent:
 
 
 @dataclass(frozen=True)
+class EdgeCotangent:
+    """Element e of child k's cotangent, as this node sends it: the row of the node's edge to
+    the child (a DAG's child gathers its parents' rows)."""
+
+    array: str
+    child: int
+
+    def stores(self, lowering, emitter, value, position, element):
+        edge = add(Load("child_ptr", (Var("node"),)), self.child)
+        return [Store(self.array, (edge, element), emitter.element(value, element, position))]
+
+
+@dataclass(frozen=True)
 class EachChild:
     """For each edge of the node, a value per child: added to the child's cotangent row
     (`by_edge` False), or stored in the edge's row of a gradient array (its column, with
@@ -72,15 +88,21 @@ class EachChild:
         return Store(self.array, at, term)
 
 
+def edge_cotangent_name(component):
+    """A DAG backward's cotangent of state component `component` that a parent sends a child,
+    a row per edge."""
+    return f"edge_cot_{component}"
+
+
 EFFECT_NAMES = {"grad_param": "grad", "grad_param_outer": "grad", "grad_table": "grad",
                 "grad_field": "grad_field"}
 
 
-def effect_outputs(case, prefix, rows, row, wanted=None):
+def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False):
     """(the pass's outputs, the `GradientRows` they fill): each effect of adjoint `case`
     where it goes, of those `wanted` ((effect, parameter or field) pairs; None: all), and
-    every child's cotangent; `rows`, `row`: what a node's row of a gradient array is, and its
-    index."""
+    every child's cotangent (with `shared_children`, a DAG's, in its edge's row); `rows`,
+    `row`: what a node's row of a gradient array is, and its index."""
     outputs, gradients = [], []
     for index, op in enumerate(case.ops):
         if op.kind in EFFECT_NAMES and wanted is not None \
@@ -88,8 +110,12 @@ def effect_outputs(case, prefix, rows, row, wanted=None):
             continue
         if op.kind == "grad_child":
             child, component = op.attrs
-            target = (EachChild(cotangent_name(component), False) if child == EACH
-                      else ChildCotangent(cotangent_name(component), child))
+            if shared_children:
+                target = (EachChild(edge_cotangent_name(component), True) if child == EACH
+                          else EdgeCotangent(edge_cotangent_name(component), child))
+            else:
+                target = (EachChild(cotangent_name(component), False) if child == EACH
+                          else ChildCotangent(cotangent_name(component), child))
             outputs.append((op.args[0], target))
         elif op.kind in EFFECT_NAMES:
             name = f"{prefix}{EFFECT_NAMES[op.kind]}_{label(op.attrs[0])}_{index}"
@@ -112,24 +138,31 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
-def lower_backward(cell, adjoints, row_block, wanted=None):
+def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
-    computing the `wanted` effects ((effect, parameter or field) pairs; None: all)."""
+    computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
+    `shared_children` (a DAG's), children's cotangents go through their edges' rows."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
-                                                    RowsOf.INTERNAL, Var("node"), wanted)
+                                                    RowsOf.INTERNAL, Var("node"), wanted,
+                                                    shared_children)
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
                               row_block, Var("max_batch_edges"), children_inside=True,
                               shared_segments=True)
     allocations, statements = batch_pass.lower(batch_outputs)
+    gathered, leaves_gathered = [], []
+    if shared_children:
+        gathered = _from_parents(cell, Var("count"), add(Var("begin"), Var("slot")))
+        leaves_gathered = _from_parents(cell, Var("num_leaves"),
+                                        add(Var("leaf_begin"), Var("slot")))
     batch_loop = Loop("b", Const(0), BinOp("-", Var("num_batches"), Const(1)), tuple(
         [Let("begin", Load("batch_begin", (Var("b"),))),
          Let("count", BinOp("-", Load("batch_begin", (add(Var("b"), 1),)), Var("begin")))]
-        + statements
+        + gathered + statements
         + [Barrier("the next batch reads the cotangents this one sent its children")]),
         LoopRole.BATCHES)
     leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
-                                                  Var("slot"), wanted)
+                                                  Var("slot"), wanted, shared_children)
     leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
                              row_block, shared_segments=True)
@@ -137,22 +170,44 @@ def lower_backward(cell, adjoints, row_block, wanted=None):
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
              Comment("the batches of internal nodes, roots first")] + allocations
             + [batch_loop, Comment("every leaf at once, its parents all done")]
-            + leaf_allocations + leaf_statements)
+            + leaf_allocations + leaves_gathered + leaf_statements)
     if wanted is not None:
         names = ", ".join(f"`{label(name)}`" for name in sorted(name for _, name in wanted))
         body.insert(0, Comment(f"only the effects on {names}, for a jacobian: no other "
                                "gradient"))
-    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients))
+    return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
+                            shared_children)
 
 
-def _backward_kernel(cell, adjoints, body, gradients):
+def _from_parents(cell, count, node_of_slot):
+    """A pass over `count` nodes that adds to each node's cotangents the rows its parents
+    stored in their edges to it, then a barrier: a DAG node's cotangent, complete."""
+    sums = []
+    for component, shape in enumerate(cell.state_shapes):
+        cotangent, edges = cotangent_name(component), edge_cotangent_name(component)
+        at = (Var("node"), Var("e"))
+        sums.append(Loop("e", Const(0), Const(math.prod(shape)), (Store(cotangent, at, BinOp(
+            "+", Load(cotangent, at), Load(edges, (Var("edge"), Var("e"))))),),
+            LoopRole.ELEMENTS))
+    node = Var("node")
+    parents = Loop("parent", Load("parent_ptr", (node,)), Load("parent_ptr", (add(node, 1),)),
+                   (Let("edge", Load("parent_edge", (Var("parent"),))),) + tuple(sums),
+                   LoopRole.PARENT_EDGES)
+    return [Loop("slot", Const(0), count, (Let("node", node_of_slot), parents), LoopRole.NODES),
+            Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
+
+
+def _backward_kernel(cell, adjoints, body, gradients, shared_children):
     components = range(len(cell.state_shapes))
-    roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in STRUCTURE)
+    structure = STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
+    roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
                      for p in sorted(cell.parameters))
              + tuple(Argument(state_name(c), ArgumentRole.STATE) for c in components)
              + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
+             + tuple(Argument(edge_cotangent_name(c), ArgumentRole.EDGE_COTANGENT)
+                     for c in components if shared_children)
              + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
     return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,

@@ -68,6 +68,7 @@ class LoopRole(Enum):
     EDGES = "edges"  # a node's edges to its children (serial: sums accumulate)
     DOT = "dot"  # the contraction index of a product computed in the node (serial)
     ROOTS = "roots"  # the forest's roots, gathering their states (parallel)
+    PARENT_EDGES = "parent edges"  # a DAG node's edges from its parents (serial: sums)
 
 
 PARALLEL_ROLES = frozenset({LoopRole.NODES, LoopRole.ITEMS, LoopRole.ROOTS})
@@ -163,6 +164,7 @@ class ArgumentRole(Enum):
     PARAMETER = "parameter"  # a parameter the cell reads
     STATE = "state"  # a state the kernel writes, a row per node (or per root, gathered)
     COTANGENT = "cotangent"  # a state's cotangent, a row per node, that the backward adds to
+    EDGE_COTANGENT = "edge cotangent"  # a DAG's: what a parent sends a child, a row per edge
     GRADIENT = "gradient"  # what the backward sends to a parameter, row or field (`GradientRows`)
 
 

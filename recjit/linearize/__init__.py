@@ -9,4 +9,4 @@ from .unroll import unroll_batches
 guard_caches(linearizer, unroll)
 
 __all__ = ["Forest", "Linearized", "distinct", "first_outside", "linearize",
-           "one_node_per_batch", "random_bracketing", "unroll_batches"]
+           "one_node_per_batch", "parent_edges", "random_bracketing", "unroll_batches"]

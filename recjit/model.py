@@ -463,22 +463,36 @@ class RecursiveModel:
         backend = "cpu"
         analysis = self.analyse()
         p = _on_host(self.with_context(analysis, p, context), analysis.parameters)
-        forest, key, compiled, linearized = self._checked(analysis, forest, p, backend,
-                                                          schedule)
+        forest, key, compiled, linearized = self._checked(
+            analysis, forest, p, backend, self._training_schedule(schedule, wanted))
         cell = compiled.cell
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
             self._latest_backward = backward
+        kept = {}
         if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
-                                             compiled.backend_kernel.inputs(linearized))
+                                             compiled.backend_kernel.inputs(linearized), kept)
             result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
                                             linearized.roots)
             linearized, states = self._height_batched(forest, linearized, states)
         else:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, p, analysis.usage.context,
-                                backward)
+                                backward, kept)
+
+    def _training_schedule(self, schedule, wanted=None):
+        """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
+        kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
+        them recomputed (refactored, unrolled). A jacobian's (`wanted` effects) recomputes:
+        it copies the forest's states, not its products."""
+        schedule = _checked_schedule(schedule, self.schedule)
+        if wanted is not None or schedule.remat is True:
+            return schedule
+        if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
+            return schedule
+        return schedule.but(remat=False,
+                            refactor=False if schedule.refactor is None else schedule.refactor)
 
     def _backward(self, key, compiled, wanted=None):
         """(the cell, its adjoint case by name, the compiled backward kernel or None) for a
@@ -491,7 +505,8 @@ class RecursiveModel:
             backward = None
             try:
                 kernel = lower_backward(cell, adjoints, compiled.schedule.row_block, wanted,
-                                        shared_children=self.kind == "dag")
+                                        shared_children=self.kind == "dag",
+                                        kept=compiled.kernel.kept)
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:
@@ -597,7 +612,8 @@ class RecursiveModel:
         if forest is not None and p is not None:
             analysis = self.analyse()
             key, _, compiled, _ = self._compiled_for(
-                analysis, forest, self.with_context(analysis, p, context), backend, None)
+                analysis, forest, self.with_context(analysis, p, context), backend,
+                self._training_schedule(None))
             backward = self._backward(key, compiled)[2]
         else:
             backward = self._latest_backward
@@ -617,6 +633,8 @@ class RecursiveModel:
         which `vjp`'s pullback runs (on the CPU)."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
+        if grad:  # what vjp runs: the forward that keeps its products, where it does
+            schedule = self._training_schedule(schedule)
         key, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
                                                               schedule)
         sizes = np.diff(linearized.batch_begin)
@@ -646,7 +664,7 @@ class RecursiveModel:
                 + [str(adjoint) for adjoint in adjoints.values()]
                 + ([] if backward is None else
                    ["", "== backward ILIR (cpu) ==", print_kernel(backward.kernel)])
-                + [_backward_line(backward)])
+                + [_remat_line(compiled.kernel.kept), _backward_line(backward)])
 
     @_user_facing
     def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
@@ -664,6 +682,16 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
+
+
+def _remat_line(kept):
+    if not kept:
+        return ("remat: the backward recomputes each internal node's products from its "
+                "children's states (Schedule(remat=True), or a refactored or unrolled one)")
+    arrays = ", ".join(dict.fromkeys(product.array for product in kept))
+    return (f"remat: the forward keeps each internal node's products for the backward "
+            f"({arrays}: a row per node or edge), which reads them instead of recomputing "
+            "them (Schedule(remat=True) recomputes)")
 
 
 def _backward_line(backward):

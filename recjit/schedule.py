@@ -70,6 +70,12 @@ class Schedule:
       multiplies the state just computed; the parent reads the result elementwise, which
       removes the barrier before the parent's first products. None: where that removes a
       barrier per batch without adding multiply-adds (CPU), or removes one at all (CUDA).
+    - `remat` (training, CPU): whether the backward rematerializes each internal node's
+      products, recomputing them from its children's states (True), or reads them from the
+      forward, which keeps them in arrays of a row per node or edge (False: a forward kernel
+      of its own, unrefactored, batches of one height). None: keep them where the schedule
+      allows (no `refactor=True`, no `unroll`), which saves the backward a third of its
+      multiply-adds for a row of each product per node.
     - `fast_math`: in float32 kernels, the CPU's tanh and sigmoid use a branch-free rational
       approximation that vectorizes (max errors in docs/fast_math.md), and CUDA kernels are
       compiled with `fastmath`; `False`, and every float64 kernel, use the exact functions.
@@ -98,6 +104,7 @@ class Schedule:
     node_ranges: bool = True
     unroll: int = 1
     refactor: bool = None
+    remat: bool = None
     fast_math: bool = True
     row_block: int = 32
     pack_from_nodes: int = 64

@@ -3,11 +3,13 @@
 them): per-tree gradients, DAGs' shared children, and the kernel as `explain` and
 `kernel_source` show it."""
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
-from tree_lstm import make_params as tree_lstm_params, tree_lstm
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
 from conftest import random_dags, seeds
 from test_gradients import HIDDEN, VOCAB, pullback_and_cotangents
@@ -91,5 +93,51 @@ def test_explain_with_grad_prints_the_backward_ilir_roots_first():
     text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)
     backward = text[text.index("== backward ILIR (cpu) =="):]
     assert "for b in [0, (num_batches - 1)):" in backward
-    assert "grad_U_iou" in backward and "batch_x2_U_iou_T" in backward
+    assert "grad_U_iou" in backward and "batch_x_U_iou_T" in backward
     assert "the backward is one call of the numba parallel kernel" in backward
+
+
+def test_the_backward_reads_the_products_the_forward_kept_by_default():
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    _, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
+    assert sorted(pullback.kept) == ["batch_kept_U_f", "batch_kept_U_iou"]
+    internal = pullback.linearized.leaf_begin
+    assert pullback.kept["batch_kept_U_iou"].shape == (internal, 3 * HIDDEN)
+    source = tree_lstm.kernel_source(grad=True)
+    assert "batch_kept_U_iou[node, " in source and "batch_y_U_iou[" not in source
+
+
+@pytest.mark.parametrize("model, make, forest", [
+    (tree_lstm, tree_lstm_params, rj.Forest.random_binary(4, seed=1, vocab_size=VOCAB)),
+    (child_sum_tree_lstm, tree_lstm_params,
+     rj.Forest.from_nested([((1, 2, 3), (4, 5)), (0, (1, 2))])),
+    (mv_rnn, mv_rnn_params, rj.Forest.random_binary(3, seed=2, vocab_size=VOCAB))],
+    ids=["tree_lstm", "child_sum_tree_lstm", "mv_rnn"])
+def test_recomputing_the_products_and_keeping_them_give_the_same_gradients(model, make,
+                                                                           forest):
+    p = make(HIDDEN, VOCAB, "float64", 3)
+    _, kept = model.vjp(forest, p)
+    out, recomputed = model.vjp(forest, p, schedule=rj.Schedule(remat=True))
+    assert kept.kept and not recomputed.kept
+    roots = tuple(np.random.default_rng(5).normal(size=state.shape) for state in out.roots)
+    roots = roots if len(roots) > 1 else roots[0]
+    got, expected = kept(roots=roots), recomputed(roots=roots)
+    for name in p.names():
+        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
+                                   np.asarray(getattr(expected.params, name)),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_keeping_the_products_takes_no_unrolled_schedule():
+    forest = rj.Forest.random_binary(2, seed=0, vocab_size=VOCAB)
+    with pytest.raises(rj.ScheduleError, match="remat=False"):
+        tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0),
+                      schedule=rj.Schedule(remat=False, unroll=2))
+
+
+def test_explain_with_grad_says_whether_the_forward_keeps_its_products():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 0)
+    assert "remat: the forward keeps" in tree_lstm.explain(forest, p, grad=True)
+    assert "remat: the backward recomputes" in tree_lstm.explain(
+        forest, p, grad=True, schedule=rj.Schedule(remat=True))

@@ -26,9 +26,11 @@ class Pullback:
     argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
     the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
     infinite cotangents first. It may be called any number of times, or never. `compiled`:
-    the backward kernel (`codegen_cpu.CpuBackward`), or None to interpret the adjoint."""
+    the backward kernel (`codegen_cpu.CpuBackward`), or None to interpret the adjoint;
+    `kept`: the products the forward kept for it, by name (`Schedule(remat=False)`)."""
 
-    def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None):
+    def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None,
+                 kept=None):
         self.cell = cell
         self.adjoints = adjoints  # {"leaf": AdjointCase, "internal": AdjointCase}
         self.compiled = compiled
@@ -37,6 +39,7 @@ class Pullback:
         self.params = params
         self.context = context  # the names of the context arguments, in order
         self.dtype = np.dtype(cell.dtype)
+        self.kept = kept or {}
 
     def interpreted(self):
         """This pullback with its adjoint evaluated by NumPy (`interpret.py`), not by the
@@ -53,8 +56,8 @@ class Pullback:
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
         if self.compiled is not None:
-            self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents),
-                        sink)
+            self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
+                                      self.kept), sink)
             return sink
         linearized = self.linearized
         begins = linearized.batch_begin

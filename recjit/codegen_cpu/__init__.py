@@ -56,6 +56,15 @@ class GeneratedKernel:
                     *[arrays[name] for name in self.kernel.arrays])
 
 
+def kept_products(kept, linearized, dtype):
+    """{array: an empty array} for the arrays of `KeptProduct`s `kept`: a row per internal
+    node or edge from one, `stride` rows each."""
+    rows = row_counts(linearized)
+    return {product.array: np.empty((rows[product.rows] * product.stride, product.width),
+                                     dtype=dtype)
+            for product in kept}
+
+
 def _math(fast_math):
     return "fast" if fast_math else "exact"
 
@@ -80,13 +89,19 @@ class CpuKernel(GeneratedKernel):
         return Result.from_linearized(self(linearized, params, inputs), shapes,
                                       linearized.new_of_old, linearized.roots)
 
-    def __call__(self, linearized, params, inputs):
+    def __call__(self, linearized, params, inputs, kept=None):
+        """The states, a row per node (the linearized numbering); the products the kernel
+        keeps for a backward (`Kernel.kept`) go into `kept`, by name, when it is a dict."""
         scalars, forest_arrays = inputs
         states = [np.empty((linearized.num_nodes, size), dtype=self.dtype)
                   for _, size in self.kernel.states]
         arrays = dict(forest_arrays)
         arrays.update((name, state) for (name, _), state in zip(self.kernel.states, states))
+        kept_arrays = kept_products(self.kernel.kept, linearized, self.dtype)
+        arrays.update(kept_arrays)
         self.launch_with(scalars, arrays, params)
+        if kept is not None:
+            kept.update(kept_arrays)
         return states
 
     def describe(self):
@@ -112,8 +127,11 @@ class CpuBackward(GeneratedKernel):
                          f"{_math(fast_math)} math).")
         self.row_block = row_block
 
-    def __call__(self, linearized, params, states, cotangents):
+    def __call__(self, linearized, params, states, cotangents, kept=None):
+        """The `GradientRows` arrays, by name, for these cotangents, which it adds to;
+        `kept`: the products the forward kept, by name, where the kernel reads them."""
         scalars, arrays = forest_arguments(self.kernel, linearized)
+        arrays.update(kept or {})
         rows = row_counts(linearized)
         gradients = {output.name: np.empty((output.size, rows[output.rows]) if output.pair
                                            else (rows[output.rows], output.size),

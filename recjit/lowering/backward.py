@@ -138,15 +138,19 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
-def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False):
+def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=()):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
     computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
-    `shared_children` (a DAG's), children's cotangents go through their edges' rows."""
+    `shared_children` (a DAG's), children's cotangents go through their edges' rows. `kept`:
+    the internal case's products the forward kept (`KeptProduct`s), read, not recomputed."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
                                                     shared_children)
+    available = {product.value: (product.array, product.stride, product.row,
+                                 Var("edge" if product.rows is RowsOf.EDGES else "node"),
+                                 product.columns) for product in kept}
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
-                              add(Var("begin"), Var("slot")), Var("max_batch_size"), {},
+                              add(Var("begin"), Var("slot")), Var("max_batch_size"), available,
                               row_block, Var("max_batch_edges"), children_inside=True,
                               shared_segments=True)
     allocations, statements = batch_pass.lower(batch_outputs)
@@ -176,7 +180,7 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         body.insert(0, Comment(f"only the effects on {names}, for a jacobian: no other "
                                "gradient"))
     return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
-                            shared_children)
+                            shared_children, tuple(kept))
 
 
 def _from_parents(cell, count, node_of_slot):
@@ -197,7 +201,7 @@ def _from_parents(cell, count, node_of_slot):
             Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
 
 
-def _backward_kernel(cell, adjoints, body, gradients, shared_children):
+def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept):
     components = range(len(cell.state_shapes))
     structure = STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
@@ -208,8 +212,10 @@ def _backward_kernel(cell, adjoints, body, gradients, shared_children):
              + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
              + tuple(Argument(edge_cotangent_name(c), ArgumentRole.EDGE_COTANGENT)
                      for c in components if shared_children)
+             + tuple(Argument(name, ArgumentRole.KEPT)
+                     for name in dict.fromkeys(product.array for product in kept))
              + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
     return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,
-                  gradients=gradients)
+                  gradients=gradients, kept=kept)

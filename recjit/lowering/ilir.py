@@ -165,6 +165,7 @@ class ArgumentRole(Enum):
     STATE = "state"  # a state the kernel writes, a row per node (or per root, gathered)
     COTANGENT = "cotangent"  # a state's cotangent, a row per node, that the backward adds to
     EDGE_COTANGENT = "edge cotangent"  # a DAG's: what a parent sends a child, a row per edge
+    KEPT = "kept"  # a forward's products kept for the backward (`KeptProduct`)
     GRADIENT = "gradient"  # what the backward sends to a parameter, row or field (`GradientRows`)
 
 
@@ -195,6 +196,23 @@ class GradientRows:
 
 
 @dataclass(frozen=True)
+class KeptProduct:
+    """A product of the internal case that a forward kernel keeps for the backward
+    (`Schedule(remat=False)`): value `value` of the case, in rows `row`, `row` + `stride`, ...
+    of `array`, one per internal node (`rows` INTERNAL, row = node · stride + row) or per
+    edge from one (EDGES, row = edge · stride + row), `width` columns (`columns` > 1: the
+    value is a matrix of that many columns, a packed row each, as its product wrote it)."""
+
+    value: int
+    array: str
+    rows: RowsOf
+    stride: int
+    row: int
+    columns: int
+    width: int
+
+
+@dataclass(frozen=True)
 class Argument:
     """An array argument of a kernel, its role, and what it stands for: the parameter's
     attribute (`W` of `p_W`) or the field's name (`word` of `field_word`)."""
@@ -218,6 +236,7 @@ class Kernel:
     transposed: tuple = ()    # (view, argument): `pT_W` is `p_W.T`, bound before anything runs
     roles: tuple = ()         # an `Argument` for each of `arrays`
     gradients: tuple = ()     # a backward kernel's `GradientRows`, each also in `arrays`
+    kept: tuple = ()          # the `KeptProduct`s a forward keeps, or a backward reads
 
     def arrays_of(self, *roles):
         """The array arguments of these roles, in the order of `arrays`."""

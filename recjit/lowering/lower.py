@@ -19,10 +19,11 @@
 import functools
 from dataclasses import dataclass, fields, is_dataclass, replace
 
-from ..errors import UnsupportedError
+from ..errors import ScheduleError, UnsupportedError
 from ..frontend.cell_ir import EACH, attribute, label
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If, Kernel,
-                   Let, Load, Loop, LoopRole, MatMul, Store, Var, add, mul, nodes, walk)
+                   KeptProduct, Let, Load, Loop, LoopRole, MatMul, RowsOf, Store, Var, add, mul,
+                   nodes, walk)
 from .refactor import refactor
 
 SCALARS = ("num_nodes", "leaf_begin", "num_batches", "max_batch_size", "max_batch_edges")
@@ -416,8 +417,13 @@ class PassLowering:
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
                  edge_capacity=None, distinct=None, first_node=None, children_inside=False,
-                 shared_segments=False):
+                 shared_segments=False, keep=False):
         self.cell = cell
+        # The products' rows written where the backward reads them (`Schedule(remat=False)`):
+        # a row per internal node (or per edge from one) of arrays the kernel returns, each
+        # value's a `KeptProduct` in `kept`, not scratch rows a slot of the pass.
+        self.keep = keep
+        self.kept = []
         # Values per child packed inside each element loop, a loop over the edges within it,
         # not the element loops inside a loop over the edges: the node's own values (a
         # backward pass's cotangents, themselves sums over the children) are then computed
@@ -575,17 +581,16 @@ class PassLowering:
             rows, inner = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
             in_place = None if per_child else self.field_rows(uses)
             if in_place:
-                field, first_node = in_place
-                allocations.append(Alloc(y, (self.capacity, Const(rows))))
-                self.locations[uses[0][0]] = (y, 1, 0, Var(self.product_slot), 1)
-                products.append(MatMul(param_name(weight), field_name(field), y,
-                                       self.product_count, self.row_block, x_row=first_node))
+                products.append(self.field_product(in_place, weight, uses[0][0], y, suffix,
+                                                   rows, allocations))
                 continue
             widths = [self.case.ops[value].shape[1:] or (1,) for value, _ in uses]
             stride = sum(width[0] for width in widths)
             capacity = self.edge_capacity if per_child else self.capacity
-            allocations += [Alloc(x, (mul(capacity, stride), Const(inner))),
-                            Alloc(y, (mul(capacity, stride), Const(rows)))]
+            allocations.append(Alloc(x, (mul(capacity, stride), Const(inner))))
+            y, y_row, y_slot = self.product_rows(
+                y, suffix, weight, [(product, columns) for (product, _), (columns,)
+                                    in zip(uses, widths)], rows, per_child, allocations)
             slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
                     else Var(self.product_slot))
             row = 0
@@ -605,11 +610,11 @@ class PassLowering:
                 else:
                     (edge_packs if inside else node_packs).extend(self.element_loops(
                         "k", [operand], inner * columns, pack, columns if columns > 1 else 0))
-                self.locations[product] = (y, stride, row, slot, columns)
+                self.locations[product] = (y, stride, row, y_slot, columns)
                 row += columns
             count = Var("num_edges") if per_child else self.product_count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
-                                   self.row_block))
+                                   self.row_block, y_row=y_row))
         node_packs += self.shared_element_loops("k", shared)
         if edge_packs:
             self.uses_edges = True
@@ -618,6 +623,37 @@ class PassLowering:
             return allocations, products
         return allocations, [self.product_loop(node_packs),
                              Barrier("the products read the packed inputs")] + products
+
+    def field_product(self, in_place, weight, value, y, suffix, rows, allocations):
+        """The product of `weight` with a vector field, read where it lies (`field_rows`)."""
+        field, first_node = in_place
+        y, y_row, y_slot = self.product_rows(y, suffix, weight, [(value, 1)], rows, False,
+                                             allocations)
+        self.locations[value] = (y, 1, 0, y_slot, 1)
+        return MatMul(param_name(weight), field_name(field), y, self.product_count,
+                      self.row_block, x_row=first_node, y_row=y_row)
+
+    def product_rows(self, y, suffix, weight, values, width, per_child, allocations):
+        """(the array a weight's products write, their first row there, the expression of a
+        value's row a node or edge reads them at) for `values` ((value, its columns), packed
+        in that order a slot or edge): scratch rows a slot or edge of the pass, allocated
+        into `allocations`; or, keeping them (`keep`), rows of every internal node or edge
+        of the forest, in an array the kernel returns."""
+        stride = sum(columns for _, columns in values)
+        if not self.keep:
+            capacity = self.edge_capacity if per_child else self.capacity
+            allocations.append(Alloc(y, (mul(capacity, stride), Const(width))))
+            slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
+                    else Var(self.product_slot))
+            return y, None, slot
+        kept = f"{self.prefix}kept{suffix}_{label(weight)}"
+        row = 0
+        for value, columns in values:
+            self.kept.append(KeptProduct(value, kept, RowsOf.EDGES if per_child
+                                         else RowsOf.INTERNAL, stride, row, columns, width))
+            row += columns
+        first = Var("edge_base") if per_child else self.first_node
+        return kept, mul(first, stride), Var("edge" if per_child else "node")
 
     def field_rows(self, uses):
         """(field, first node) when a weight's only product here multiplies a vector field of
@@ -762,7 +798,12 @@ def depends_on_children(ops):
 
 def lower(cell, schedule):
     """The whole model as one kernel: hoisted passes, then the batch loop. `schedule` is a
-    complete one (`choose_schedule`)."""
+    complete one (`choose_schedule`); with `remat=False`, the kernel also keeps the internal
+    case's products for the backward (`Kernel.kept`)."""
+    keep = schedule.remat is False
+    if keep and (schedule.refactor or schedule.unroll > 1):
+        raise ScheduleError("Schedule(remat=False) keeps the products of unrefactored batches "
+                            "of one height: it takes neither refactor=True nor unroll > 1")
     projections = ()
     if schedule.refactor:
         refactored = refactor(cell)
@@ -778,17 +819,17 @@ def lower(cell, schedule):
         if key:
             scalars += ("num_distinct_leaves",)
             structure += ("leaf_distinct", "leaf_slot")
-    available = {}
+    available, kept = {}, []
     if schedule.hoist:
-        statements, available = _hoisted_products(cell, internal, schedule.row_block)
+        statements, available, kept = _hoisted_products(cell, internal, schedule.row_block, keep)
         body += statements
     if schedule.specialize or available:
         body.append(Barrier("the batches read the hoisted values"))
-    statements, batch_scalars, batch_structure = _batches(cell, schedule, available,
-                                                          projections)
+    statements, batch_scalars, batch_structure, batch_kept = _batches(cell, schedule, available,
+                                                                      projections, keep)
     body += statements
     return _kernel(cell, tuple(body), scalars + batch_scalars, structure + batch_structure,
-                   key)
+                   key, tuple(kept + batch_kept))
 
 
 def _hoisted_leaves(cell, leaf, key, projections, row_block):
@@ -808,26 +849,28 @@ def _hoisted_leaves(cell, leaf, key, projections, row_block):
         + allocations + statements)
 
 
-def _hoisted_products(cell, internal, row_block):
-    """(statements, where each hoisted value lies for the batches): the products of the
-    internal case that read no child state, every internal node at once."""
+def _hoisted_products(cell, internal, row_block, keep=False):
+    """(statements, where each hoisted value lies for the batches, the `KeptProduct`s among
+    them): the products of the internal case that read no child state, every internal node at
+    once."""
     recurrent = depends_on_children(internal.ops)
     hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
-                              Var("slot"), Var("leaf_begin"), {}, row_block)
+                              Var("slot"), Var("leaf_begin"), {}, row_block,
+                              first_node=Const(0), keep=keep)
     hoisted = [v for v in range(len(internal.ops))
                if hoist_pass.is_packed(v) and not recurrent[v]]
     if not hoisted:
-        return [], {}
+        return [], {}, []
     allocations, statements = hoist_pass.lower([], hoisted)
     available = {v: location[:3] + (Var("node"),) + location[4:]
                  for v, location in hoist_pass.locations.items() if v in hoisted}
     return ([Comment("hoisted: products that read no child state, every internal node at "
-                     "once")] + allocations + statements), available
+                     "once")] + allocations + statements), available, hoist_pass.kept
 
 
-def _batches(cell, schedule, available, projections):
-    """(statements, scalars, structure arrays) of the loop over batches, from the leaves up,
-    and the scratch it allocates first."""
+def _batches(cell, schedule, available, projections, keep=False):
+    """(statements, scalars, structure arrays, `KeptProduct`s) of the loop over batches, from
+    the leaves up, and the scratch it allocates first."""
     leaf, internal = cell.case("leaf"), cell.case("internal")
     scalars, structure = (), ()
     if schedule.unroll > 1:
@@ -835,12 +878,15 @@ def _batches(cell, schedule, available, projections):
                                                  schedule.row_block)
         structure += ("batch_item", "item_begin")
         scalars += ("max_children",)
+        kept = []
     else:
         batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
                                   add(Var("begin"), Var("slot")), Var("max_batch_size"),
-                                  available, schedule.row_block, Var("max_batch_edges"))
+                                  available, schedule.row_block, Var("max_batch_edges"),
+                                  keep=keep)
         allocations, statements = batch_pass.lower_states(
             projections, Var("begin"), Var("count"), last_batch_skips=True)
+        kept = batch_pass.kept
     first_batch = 2
     if not schedule.specialize:
         leaf_pass = PassLowering(cell, leaf, "leaf_", Var("count"), add(Var("begin"), Var("slot")),
@@ -861,10 +907,10 @@ def _batches(cell, schedule, available, projections):
     comment = Comment("the batches, from the leaves up" if schedule.specialize else
                       "the batches, leaves included: one loop nest that branches on the "
                       "batch's case (not specialized)")
-    return [comment] + allocations + [batch_loop], scalars, structure
+    return [comment] + allocations + [batch_loop], scalars, structure, kept
 
 
-def _kernel(cell, body, scalars, structure, key):
+def _kernel(cell, body, scalars, structure, key, kept=()):
     """The kernel of `body`: its arguments (the forest's scalars and structure arrays, the
     fields, parameters and states the cell reads) and the transposed views it reads."""
     states = tuple((state_name(c), _size(shape)) for c, shape in enumerate(cell.state_shapes))
@@ -872,10 +918,12 @@ def _kernel(cell, body, scalars, structure, key):
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
                      for p in sorted(cell.parameters))
-             + tuple(Argument(name, ArgumentRole.STATE) for name, _ in states))
+             + tuple(Argument(name, ArgumentRole.STATE) for name, _ in states)
+             + tuple(Argument(name, ArgumentRole.KEPT)
+                     for name in dict.fromkeys(product.array for product in kept)))
     return Kernel(f"{cell.name}_kernel", cell.dtype, scalars,
                   tuple(argument.name for argument in roles), states, body, distinct_key=key,
-                  transposed=transposed_views(cell.cases, body), roles=roles)
+                  transposed=transposed_views(cell.cases, body), roles=roles, kept=kept)
 
 
 def transposed_views(cases, body):

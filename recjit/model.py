@@ -644,7 +644,7 @@ class RecursiveModel:
             "== forest ==",
             f"{linearized}",
             f"internal batches run from the leaves up: {sizes[:-1][::-1].tolist()}",
-            "", f"== ILIR ({backend}) ==", print_kernel(compiled.kernel), "",
+            "", f"== ILIR ({backend}) ==", print_kernel(compiled.backend_kernel.planned), "",
             f"schedule: {compiled.schedule}"
             + (" (refactor chosen for this forest)" if isinstance(entry, ByForest) else ""),
             f"barriers per batch: {barriers_per_batch(compiled.kernel)}",

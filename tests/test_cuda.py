@@ -577,6 +577,23 @@ def test_explain_says_how_many_nodes_a_product_stages_at_once():
     assert f"x_tile = cuda.shared.array((32, {HIDDEN}), real)" in tree_lstm.kernel_source("cuda")
 
 
+def test_explain_prints_the_planned_ilir_that_the_cuda_emitter_prints():
+    """TreeFC's pack loop is each block's own, its barrier a block's, its batch ranged."""
+    forest = rj.Forest.perfect(7, num_trees=10)
+    p = tree_fc_params(256, 1000, "float32", 0)
+    text = tree_fc.explain(forest, p, backend="cuda", schedule=rj.Schedule(refactor=False))
+    ilir = text[text.index("== ILIR (cuda) =="):text.index("schedule: ")]
+    assert "ranges of the count nodes: each block its share of them and of the 256 units" in ilir
+    assert "(each block packs its inputs into its tile itself)" in ilir
+    assert "── block barrier (each block its own units): the elementwise ops read" in ilir
+    assert "parallel for slot in [0, count) (each block its range of nodes and its units)" in ilir
+    assert "── no barrier (the grid met after the last writes): the roots read" in ilir
+    assert "batch_x_W[slot" not in ilir  # the grid's pack loop, left out
+    source = tree_fc.kernel_source("cuda")
+    assert "range_share(256, count, ranges)" in source
+    assert "cuda.syncthreads()  # barrier: the elementwise ops read the products" in source
+
+
 def test_without_staged_products_inputs_are_read_directly_and_still_right():
     forest = rj.Forest.perfect(4, num_trees=2)
     p = tree_fc_params(HIDDEN, 1000, "float64", 7)

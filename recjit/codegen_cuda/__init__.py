@@ -15,7 +15,8 @@ from . import buffers, device, runtime
 from .buffers import DeviceBuffers
 from .emit import emit_fused, emit_unfused, has_items_per_block
 from .packs import NO_PACKS
-from .plan import UNUSED_TILE, LaunchPlan, grid_barriers_per_batch, plan_launch, weights_to_keep
+from .plan import (UNUSED_TILE, LaunchPlan, grid_barriers_per_batch, plan_launch, planned_kernel,
+                   weights_to_keep)
 from .roots import gather_roots
 from .units import NO_SPLIT
 
@@ -70,11 +71,12 @@ class CudaKernel:
         if self.fusion:
             self.plan = plan_launch(self.kernel, self.schedule, self.weight_shapes, blocks,
                                     device.SHARED_BYTES)
-            self.source = emit_fused(self.kernel, self.fast_math, header, self.plan,
+            self.planned = planned_kernel(self.kernel, self.plan)
+            self.source = emit_fused(self.planned, self.fast_math, header, self.plan,
                                      device.launch_bound(self.threads))
             self.host_arrays = ()
         else:
-            self.plan = UNFUSED
+            self.plan, self.planned = UNFUSED, self.kernel
             self.source, self.host_arrays = emit_unfused(self.kernel, self.fast_math, header,
                                                          device.launch_bound(self.threads))
         module = load_module(self.source, f"{self.kernel.name}_cuda",

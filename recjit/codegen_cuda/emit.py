@@ -21,11 +21,10 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Call, Const, If, Let,
+from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
                              Load, Loop, MatMul, StatementVisitor, Store, Var)
 from ..lowering.pysource import PythonExpressions
-from .packs import NO_PACKS, PACKED_ROW, TILE, TILE_COLUMN
-from .ranges import NO_RANGES
+from .packs import PACKED_ROW, TILE, TILE_COLUMN
 from .units import NO_SPLIT, element_extent
 
 # maximum and minimum as NumPy's: a NaN on either side is the result, and at a tie the first
@@ -55,15 +54,15 @@ expression = PythonExpressions(CALLS)
 
 
 class Emitter(StatementVisitor):
-    """Source lines for the statements of one device function; `split`: the hidden units the
-    fused kernel's blocks split (a `units.UnitSplit`, empty where they split none); `packs`:
-    the packs each block computes into its tile of `tile_nodes` nodes (`packs.BlockPacks`);
-    `ranges`: the statements of a batch whose nodes the blocks split in ranges too
-    (`ranges.NodeRanges`); `labels`: {weight argument: what the generated names call it}
-    (`W` for `p_W`)."""
+    """Source lines for the statements of one device function, a fused kernel's planned ILIR
+    (`plan.planned_kernel`) printed one to one; `persistent`: each block's slice of the weights
+    it keeps in shared memory; `split`: the hidden units the blocks split (a
+    `units.UnitSplit`, empty where they split none); `row_groups`: the weights whose products
+    go in row groups; `tile_nodes`: the nodes of a block's tile; `labels`: {weight argument:
+    what the generated names call it} (`W` for `p_W`)."""
 
-    def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset(), packs=NO_PACKS,
-                 tile_nodes=0, ranges=NO_RANGES, labels=None):
+    def __init__(self, persistent=(), split=NO_SPLIT, row_groups=frozenset(), tile_nodes=0,
+                 labels=None):
         self.lines = []
         self.labels = labels or {}
         self.runtime = set()  # the runtime functions the lines call, for the imports
@@ -71,26 +70,11 @@ class Emitter(StatementVisitor):
         self.persistent = persistent
         self.split = split
         self.row_groups = row_groups
-        self.packs = packs
         self.tile_nodes = tile_nodes
-        self.ranges = ranges
 
     def statements(self, body, depth, extent=None):
-        shared_tiles = self.shared_tiles(body)
-        for index, statement in enumerate(body):
-            if id(statement) in self.packs.skipped:
-                continue
-            if index in shared_tiles:
-                if shared_tiles[index]:
-                    self.packed_products(shared_tiles[index], depth)
-            elif isinstance(statement, Barrier) and self.split.grid_met_before(body, index):
-                self.lines.append(f"{'    ' * depth}# no barrier: the grid met after the last "
-                                  f"writes, so {statement.reason}")
-            elif isinstance(statement, Barrier) and self.split.block_barrier(body, index):
-                self.block_barrier(depth, f"  # barrier: {statement.reason} (each block its "
-                                          "own units)")
-            else:
-                self.visit(statement, depth, extent)
+        for statement in body:
+            self.visit(statement, depth, extent)
 
     def visit_Loop(self, statement, depth, extent):
         if statement.one_worker:
@@ -105,8 +89,17 @@ class Emitter(StatementVisitor):
 
     def visit_Let(self, statement, depth, extent):
         self.line(depth, f"{statement.name} = {expression.bound(statement.value)}")
-        if id(statement) == self.ranges.after:
-            self.batch_share(statement.name, "    " * depth)
+
+    def visit_RangeShare(self, statement, depth, extent):
+        """After a ranged batch's node count: its ranges, and this block's units and nodes
+        of it (`runtime.node_ranges`, `runtime.range_share`)."""
+        pad = "    " * depth
+        count = expression.bound(statement.count)
+        share = f"range_share({statement.units}, {count}, ranges)"
+        self.runtime.update(("node_ranges", "range_share"))
+        self.lines += [f"{pad}# the ranges of this batch's nodes, and this block's share of it",
+                       f"{pad}ranges = node_ranges({count}, {statement.balance})",
+                       f"{pad}unit_begin, units, first_node, nodes = {share}"]
 
     def visit_Store(self, statement, depth, extent):
         self.line(depth, f"{statement.array}[{expression.index(statement.index)}] = "
@@ -117,15 +110,25 @@ class Emitter(StatementVisitor):
                           lambda body: self.statements(body, depth + 1, extent))
 
     def visit_MatMul(self, statement, depth, extent):
-        if id(statement) in self.packs.products:
-            self.packed_product(statement, self.packs.products[id(statement)], depth)
+        if statement.pack is not None:
+            self.packed_product(statement, statement.pack, depth)
             return
         kind, operand, share = self.share(statement)
         self.runtime.add(f"matmul_{kind}")
         self.line(depth, f"turn = {matmul_call(statement, kind, operand, share)}")
 
+    def visit_PackedProducts(self, statement, depth, extent):
+        self.packed_products(statement.products, depth)
+
     def visit_Barrier(self, statement, depth, extent):
-        self.line(depth, f"grid.sync()  # barrier: {statement.reason}")
+        if statement.scope is BarrierScope.MET:
+            self.line(depth, f"# no barrier: the grid met after the last writes, so "
+                             f"{statement.reason}")
+        elif statement.scope is BarrierScope.BLOCK:
+            self.block_barrier(depth, f"  # barrier: {statement.reason} (each block its own "
+                                      "units)")
+        else:
+            self.line(depth, f"grid.sync()  # barrier: {statement.reason}")
 
     def visit_Comment(self, statement, depth, extent):
         self.line(depth, f"# {statement.text}")
@@ -142,12 +145,12 @@ class Emitter(StatementVisitor):
         pad = "    " * depth
         extent, element = element_extent(loop.body)
         count = expression(loop.stop)
-        if id(loop) in self.ranges.loops:
+        if loop.ranged:
             items = "range(cuda.threadIdx.x, nodes * units, cuda.blockDim.x)"
             self.lines += [f"{pad}for item in {items}:",
                            f"{pad}    {loop.var} = first_node + item // units",
                            f"{pad}    {element} = unit_begin + item % units"]
-        elif self.split.loop_units(loop):
+        elif loop.units:
             items = f"range(cuda.threadIdx.x, {count} * units, cuda.blockDim.x)"
             self.runtime.add("owned_units")
             self.lines += [f"{pad}unit_begin, units = owned_units({extent})",
@@ -161,15 +164,6 @@ class Emitter(StatementVisitor):
                            f"{pad}    {loop.var} = item // {extent}",
                            f"{pad}    {element} = item % {extent}"]
         self.statements(loop.body, depth + 1, extent)
-
-    def batch_share(self, count, pad):
-        """After a ranged batch's node count: its ranges, and this block's units and nodes
-        of it (`runtime.node_ranges`, `runtime.range_share`)."""
-        share = f"range_share({self.ranges.units}, {count}, ranges)"
-        self.runtime.update(("node_ranges", "range_share"))
-        self.lines += [f"{pad}# the ranges of this batch's nodes, and this block's share of it",
-                       f"{pad}ranges = node_ranges({count}, {self.ranges.balance})",
-                       f"{pad}unit_begin, units, first_node, nodes = {share}"]
 
     def packed_product(self, product, pack, depth):
         """A product whose inputs the `packs.Pack` `pack` computes: each block packs its
@@ -213,33 +207,13 @@ class Emitter(StatementVisitor):
                            f"{pad}{element} = {expression(pack.element)}"]
         self.statements(pack.body, depth, extent)
 
-    def shared_tiles(self, body):
-        """{index: the products from there on} for each run of two or more consecutive
-        products of `body` whose inputs one pack computes per block, each row of the same
-        columns at the tile column (`packed_products`); {index: ()} for the run's others.
-        Empty under `Schedule(shared_tiles=False)`."""
-        runs, run = {}, []
-        if not self.packs.shared_tiles:
-            return runs
-        for index, statement in enumerate([*body, None]):
-            pack = self.packs.products.get(id(statement))
-            shares = pack is not None and pack.element is None
-            if shares and run and pack.columns == run[0][1].columns:
-                run.append((index, pack))
-                continue
-            if len(run) > 1:
-                runs[run[0][0]] = tuple(body[position] for position, _ in run)
-                runs.update((position, ()) for position, _ in run[1:])
-            run = [(index, pack)] if shares else []
-        return runs
-
     def packed_products(self, products, depth):
         """Consecutive products whose inputs one pack loop computes (`packs.py`), packed in
         the same tiles, one product's rows after another's: a tile's two block barriers
         serve them all, and the warps that one product leaves idle start the next one's
         items (`turn`), as they did when the grid packed the inputs."""
         pad = "    " * depth
-        packs = [self.packs.products[id(product)] for product in products]
+        packs = [product.pack for product in products]
         columns, capacity = packs[0].columns, self.tile_nodes
         names = [self.labels.get(product.weight, product.weight) for product in products]
         if len(set(names)) < len(names):
@@ -290,7 +264,7 @@ class Emitter(StatementVisitor):
     def share(self, product):
         """`product_share` of a product of this kernel, its runtime calls noted."""
         kind, operand, share = product_share(product, self.persistent, self.split,
-                                             self.row_groups, self.ranges.products.get(id(product)))
+                                             self.row_groups, product.input_rows)
         if kind == "rows" and share[0] != "0":
             self.runtime.add("first_row")
         return kind, operand, share
@@ -518,11 +492,12 @@ def _transposed_views(kernel):
 
 
 def emit_fused(kernel, fast_math, header, plan, launch_bound):
-    """One cooperative kernel, as `plan` (`plan.LaunchPlan`) says: the weights each block keeps
-    in shared memory, the tile the products stage inputs through, the products split in row
-    groups (`runtime.matmul_row_groups`), the packs each block computes into its tile, whose
-    arrays are not scratch, and the units the blocks split; `launch_bound`: the threads a
-    block it is compiled for (None: no bound)."""
+    """One cooperative kernel of `kernel`, planned by `plan` (`plan.LaunchPlan`, its
+    statements' decisions written into `kernel` by `plan.planned_kernel`): the weights each
+    block keeps in shared memory, the tile the products stage inputs through, the products
+    split in row groups (`runtime.matmul_row_groups`), the packed arrays, which are not
+    scratch, and the units the blocks split; `launch_bound`: the threads a block it is
+    compiled for (None: no bound)."""
     persistent, tile, split, packs = plan.persistent, plan.tile, plan.split, plan.packs
     scratch = [array for array in scratch_arrays(kernel) if array.name not in packs.arrays]
     arguments = kernel.scalars + kernel.arrays + tuple(array.argument for array in scratch)
@@ -544,8 +519,8 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
                     if weight in split.weights else f"    load_rows({weight}, shared_{weight})")
     if persistent:
         body.append("    cuda.syncthreads()")
-    emitter = Emitter(persistent, split, plan.row_groups, packs, tile[0] if tile else 0,
-                      plan.ranges, weight_labels(kernel))
+    emitter = Emitter(persistent, split, plan.row_groups, tile[0] if tile else 0,
+                      weight_labels(kernel))
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if name in emitter.runtime | loads]

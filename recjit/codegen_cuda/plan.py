@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..lowering import internal_barriers
-from ..lowering.ilir import MatMul, walk
+from ..lowering.ilir import (Barrier, BarrierScope, If, Let, Loop, MatMul, PackedProducts,
+                             RangeShare, Var, walk)
 from . import runtime
 from .emit import batch_weights
 from .packs import NO_PACKS, BlockPacks, block_packs
@@ -133,3 +134,70 @@ def _persistence(schedule, weights, weight_shapes, unit_split, blocks, itemsize,
 def slice_bytes(slices, itemsize):
     """The bytes of shared memory that weight slices {weight: (rows, columns)} take."""
     return itemsize * sum(rows * columns for rows, columns in slices.values())
+
+
+def planned_kernel(kernel, plan):
+    """`kernel` with `plan`'s decisions written into its statements, which the emitter prints
+    one to one and `explain(backend="cuda")` shows: each barrier's scope, the loops whose
+    units (and ranges of nodes) the blocks split, each product's pack and input rows, the
+    pack loops and barriers that the blocks' own packs replace left out, runs of products
+    that share their tiles as one `PackedProducts`, and the batch's `RangeShare`."""
+    return replace(kernel, body=_planned_body(kernel.body, plan))
+
+
+def _planned_body(body, plan):
+    statements, run = [], []
+    for index, statement in enumerate(body):
+        if id(statement) in plan.packs.skipped:  # ends a run of products, as it stood
+            statements += _tile_run(run)
+            run = []
+            continue
+        planned = _planned(body, index, plan)
+        if _shares_tiles(planned, plan) and (not run or planned.pack.columns
+                                             == run[0].pack.columns):
+            run.append(planned)
+            continue
+        statements += _tile_run(run)
+        run = [planned] if _shares_tiles(planned, plan) else []
+        if not run:
+            statements.append(planned)
+        if isinstance(statement, Let) and id(statement) == plan.ranges.after:
+            statements.append(RangeShare(Var(statement.name), plan.ranges.units,
+                                         plan.ranges.balance))
+    return tuple(statements + _tile_run(run))
+
+
+def _shares_tiles(statement, plan):
+    """Whether a planned statement is a product that may share its tiles with the next."""
+    return (plan.packs.shared_tiles and isinstance(statement, MatMul)
+            and statement.pack is not None and statement.pack.element is None)
+
+
+def _tile_run(run):
+    """A run of products that may share tiles: one `PackedProducts`, or a lone product."""
+    return [PackedProducts(tuple(run))] if len(run) > 1 else list(run)
+
+
+def _planned(body, index, plan):
+    """`body[index]` with the plan's decisions about it (and what it holds)."""
+    statement, split = body[index], plan.split
+    if isinstance(statement, Barrier):
+        if split.grid_met_before(body, index):
+            return replace(statement, scope=BarrierScope.MET)
+        if split.block_barrier(body, index):
+            return replace(statement, scope=BarrierScope.BLOCK)
+        return statement
+    if isinstance(statement, MatMul):
+        return replace(statement, pack=plan.packs.products.get(id(statement)),
+                       input_rows=plan.ranges.products.get(id(statement)))
+    if isinstance(statement, If):
+        return replace(statement, body=_planned_body(statement.body, plan),
+                       orelse=_planned_body(statement.orelse, plan))
+    if not isinstance(statement, Loop):
+        return statement
+    planned = replace(statement, body=_planned_body(statement.body, plan))
+    if not statement.parallel or statement.one_worker:
+        return planned
+    if id(statement) in plan.ranges.loops:
+        return replace(planned, ranged=True)
+    return replace(planned, units=split.loop_units(statement))

@@ -88,7 +88,11 @@ class Loop:
     A loop over items (`LoopRole.ITEMS`): each item is a sequence of steps run by one worker,
     in order (an unrolled recursion's item, node after node). The CPU gives an item to a
     thread; the GPU to a block, whose threads share each step's element loops and products and
-    synchronize between steps."""
+    synchronize between steps.
+
+    Written by the CUDA plan (`codegen_cuda.plan.planned_kernel`), for a parallel loop:
+    `units`, the hidden units whose elements the blocks split (each block its own); `ranged`,
+    the blocks split the batch's nodes in ranges too (`RangeShare`)."""
 
     var: str
     start: object
@@ -97,6 +101,8 @@ class Loop:
     role: LoopRole
     step: int = 1
     columns: int = 0
+    units: int = None
+    ranged: bool = False
 
     @property
     def parallel(self):
@@ -132,7 +138,11 @@ class MatMul:
     """`y[y_row + s, r] = Σ_k weight[r, columns_begin + k] · x[x_row + s, k]` for s < rows:
     every matrix-vector product of one weight in one pass, done together so each weight row is
     read once per block of nodes. `columns` (begin, end) multiplies a block of the weight's
-    columns (a refactored product of one child of a concatenation); None, all of them."""
+    columns (a refactored product of one child of a concatenation); None, all of them.
+
+    Written by the CUDA plan: `pack`, how each block packs the product's inputs into its
+    tile itself (`codegen_cuda.packs.Pack`), in place of the grid's pack loop; `input_rows`,
+    the rows of its inputs a ranged batch's nodes stand for (`codegen_cuda.ranges.InputRows`)."""
 
     weight: str
     x: str
@@ -143,11 +153,42 @@ class MatMul:
     y_row: object = None
     columns: tuple = None
     parallel: bool = True   # False: one worker computes it, inside a parallel loop of its own
+    pack: object = None
+    input_rows: object = None
+
+
+@dataclass(frozen=True)
+class PackedProducts:
+    """Products of one pack loop whose inputs each block packs into the same tiles, one
+    product's rows after another's (the CUDA plan, `Schedule(shared_tiles=True)`): each a
+    `MatMul` with its `pack`."""
+
+    products: tuple
+
+
+@dataclass(frozen=True)
+class RangeShare:
+    """After a batch's node count `count`, the CUDA plan's ranges of the batch's nodes and
+    each block's share of them and of the `units` hidden units (`runtime.node_ranges`, with
+    `balance`: the weights' elements per input column a node multiplies)."""
+
+    count: object
+    units: int
+    balance: int
+
+
+class BarrierScope(Enum):
+    """Who meets at a barrier, as a backend's plan decides: no plan, the grid (or a CPU
+    kernel's threads)."""
+
+    BLOCK = "block"  # a block's threads only: each reads only the rows it computed
+    MET = "met"  # no one: the grid met after the last writes
 
 
 @dataclass(frozen=True)
 class Barrier:
     reason: str
+    scope: BarrierScope = None  # None: every thread of the kernel
 
 
 @dataclass(frozen=True)

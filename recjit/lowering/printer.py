@@ -1,5 +1,5 @@
 """Printing the ILIR for `model.explain()`: loops, batches, matrix products and barriers."""
-from .ilir import StatementVisitor
+from .ilir import BarrierScope, StatementVisitor
 from .pysource import PythonExpressions
 
 
@@ -36,7 +36,10 @@ class IlirPrinter(StatementVisitor):
         kind = "parallel for" if statement.parallel else "for"
         step = "" if statement.step == 1 else f" step {statement.step}"
         order = (f" (column by column, {statement.columns} columns)" if statement.columns
-                 else " (one worker per item)" if statement.one_worker else "")
+                 else " (one worker per item)" if statement.one_worker
+                 else " (each block its range of nodes and its units)" if statement.ranged
+                 else f" (each block its own of {statement.units} units)" if statement.units
+                 else "")
         self.line(depth, f"{kind} {statement.var} in [{expression(statement.start)}, "
                          f"{expression(statement.stop)}){step}{order}:")
         self.visit_all(statement.body, depth + 1)
@@ -62,14 +65,31 @@ class IlirPrinter(StatementVisitor):
     def visit_MatMul(self, statement, depth):
         loop = (f"parallel for r in row blocks of {statement.row_block}" if statement.parallel
                 else "for r in rows")
+        how = (" (each block packs its inputs into its tile itself)" if statement.pack
+               else "") + (" (by ranges of the batch's nodes)" if statement.input_rows else "")
         self.line(depth, f"{loop}: "
                          f"{statement.y}[{_offset(statement.y_row)}s, r] = Σ_k "
                          f"{statement.weight}[r, {_columns(statement.columns)}k] · "
                          f"{statement.x}[{_offset(statement.x_row)}s, k]  "
-                         f"for s < {expression(statement.rows)}")
+                         f"for s < {expression(statement.rows)}{how}")
+
+    def visit_PackedProducts(self, statement, depth):
+        self.line(depth, "products whose inputs each block packs into the same tiles:")
+        self.visit_all(statement.products, depth + 1)
+
+    def visit_RangeShare(self, statement, depth):
+        self.line(depth, f"ranges of the {expression(statement.count)} nodes: each block its "
+                         f"share of them and of the {statement.units} units (balance "
+                         f"{statement.balance})")
 
     def visit_Barrier(self, statement, depth):
-        self.line(depth, f"── barrier: {statement.reason}")
+        if statement.scope is BarrierScope.MET:
+            self.line(depth, f"── no barrier (the grid met after the last writes): "
+                             f"{statement.reason}")
+        elif statement.scope is BarrierScope.BLOCK:
+            self.line(depth, f"── block barrier (each block its own units): {statement.reason}")
+        else:
+            self.line(depth, f"── barrier: {statement.reason}")
 
     def visit_Comment(self, statement, depth):
         self.line(depth, f"# {statement.text}")

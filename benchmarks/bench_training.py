@@ -310,11 +310,14 @@ def backward_memory(forest, initial):
     kernel = pullback.compiled.kernel
     rows = row_counts(pullback.linearized)
     itemsize = np.dtype(kernel.dtype).itemsize
-    kept = sum(rows[output.rows] * output.size * itemsize for output in kernel.gradients)
+    effect_rows = sum(rows[output.rows] * output.size * itemsize
+                      for output in kernel.gradients)
+    products = sum(array.nbytes for array in pullback.kept.values())
     return {"forward states bytes": states, "dense gradients bytes": gradients,
-            "cotangents bytes": states, "per-node rows bytes": kept,
-            "backward / (forward + gradients)": (2 * states + kept + gradients)
-            / (states + gradients)}
+            "cotangents bytes": states, "per-node rows bytes": effect_rows,
+            "kept products bytes": products,
+            "backward / (forward + gradients)": (2 * states + effect_rows + products
+                                                 + gradients) / (states + gradients)}
 
 
 def markdown(results):

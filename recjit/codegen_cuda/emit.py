@@ -438,24 +438,6 @@ def emit_scratch_shapes(kernel, scratch):
     return lines
 
 
-def batch_weights(kernel):
-    """The weights multiplied inside the batch loop (the kernel's sequential top-level loop):
-    read in every batch, worth keeping on chip."""
-    weights = []
-
-    def visit(body):
-        for statement in body:
-            if isinstance(statement, MatMul) and statement.weight not in weights:
-                weights.append(statement.weight)
-            elif isinstance(statement, If):
-                visit(statement.body + statement.orelse)
-
-    for loop in kernel.body:
-        if isinstance(loop, Loop) and not loop.parallel:
-            visit(loop.body)
-    return weights
-
-
 def weight_labels(kernel):
     """{parameter argument: its attribute}: `p_W` is `W` in the names generated for it (a view
     read transposed, `pT_W`, keeps its own)."""

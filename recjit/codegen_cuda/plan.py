@@ -13,7 +13,6 @@ from ..lowering import internal_barriers
 from ..lowering.ilir import (Barrier, BarrierScope, If, Let, Loop, MatMul, PackedProducts,
                              RangeShare, Var, walk)
 from . import runtime
-from .emit import batch_weights
 from .packs import NO_PACKS, BlockPacks, block_packs
 from .ranges import NO_RANGES, NodeRanges, node_ranges
 from .units import UnitSplit, split_units
@@ -43,6 +42,24 @@ class LaunchPlan:
     packs: BlockPacks
     split: UnitSplit
     ranges: NodeRanges = NO_RANGES
+
+
+def batch_weights(kernel):
+    """The weights multiplied inside the batch loop (the kernel's sequential top-level loop):
+    read in every batch, worth keeping on chip."""
+    weights = []
+
+    def visit(body):
+        for statement in body:
+            if isinstance(statement, MatMul) and statement.weight not in weights:
+                weights.append(statement.weight)
+            elif isinstance(statement, If):
+                visit(statement.body + statement.orelse)
+
+    for loop in kernel.body:
+        if isinstance(loop, Loop) and not loop.parallel:
+            visit(loop.body)
+    return weights
 
 
 def weights_to_keep(kernel, row_groups):

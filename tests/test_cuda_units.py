@@ -26,6 +26,8 @@ def kernel(*body):
 
 
 def block_barriers(split, body):
+    """The barriers of `body` (`Statements`, the kernel's or a loop's in it) that are a
+    block's."""
     return [index for index, statement in enumerate(body)
             if isinstance(statement, Barrier) and split.block_barrier(body, index)]
 
@@ -36,21 +38,21 @@ def test_gate_rows_read_at_their_own_unit_split_by_units_and_need_a_block_barrie
             elementwise("proj", gate))
     split = split_units(kernel(*body), WEIGHTS)
     assert split.arrays == {"proj": UNITS} and split.weights == {"p_U": UNITS}
-    assert block_barriers(split, body) == [3]
+    assert block_barriers(split, split.kernel_body) == [3]
 
 
 def test_a_row_read_at_another_unit_keeps_the_grid_barrier():
     body = (elementwise("field_x", Var("e")), Barrier("states"), product(), Barrier("products"),
             elementwise("proj", BinOp("+", Var("e"), Const(1))))
     split = split_units(kernel(*body), WEIGHTS)
-    assert split.arrays == {} and block_barriers(split, body) == []
+    assert split.arrays == {} and block_barriers(split, split.kernel_body) == []
 
 
 def test_a_weight_whose_rows_are_no_multiple_of_the_units_keeps_the_grid_barrier():
     body = (elementwise("field_x", Var("e")), Barrier("states"), product(weight="p_V"),
             Barrier("products"), elementwise("proj", Var("e")))
     split = split_units(kernel(*body), WEIGHTS)
-    assert split.arrays == {} and block_barriers(split, body) == []
+    assert split.arrays == {} and block_barriers(split, split.kernel_body) == []
 
 
 def test_inputs_rewritten_before_the_grid_meets_again_keep_the_grid_barrier():
@@ -58,14 +60,16 @@ def test_inputs_rewritten_before_the_grid_meets_again_keep_the_grid_barrier():
     body = (elementwise("field_x", Var("e"), "packed"), Barrier("packed"),
             product(x="packed"), Barrier("products"), elementwise("proj", Var("e")),
             elementwise("field_x", Var("e"), "packed"))
-    assert block_barriers(split_units(kernel(*body), WEIGHTS), body) == []
+    split = split_units(kernel(*body), WEIGHTS)
+    assert block_barriers(split, split.kernel_body) == []
 
 
 def test_inputs_rewritten_only_after_a_grid_barrier_need_a_block_barrier_only():
     body = (elementwise("field_x", Var("e"), "packed"), Barrier("packed"),
             product(x="packed"), Barrier("products"), elementwise("proj", Var("e")),
             Barrier("states"), elementwise("field_x", Var("e"), "packed"))
-    assert block_barriers(split_units(kernel(*body), WEIGHTS), body) == [3]
+    split = split_units(kernel(*body), WEIGHTS)
+    assert block_barriers(split, split.kernel_body) == [3]
 
 
 def test_a_batch_loop_that_packs_again_in_its_next_batch_keeps_the_grid_barrier():
@@ -73,7 +77,7 @@ def test_a_batch_loop_that_packs_again_in_its_next_batch_keeps_the_grid_barrier(
              product(x="packed"), Barrier("products"), elementwise("proj", Var("e")))
     loop = Loop("b", Var("count"), Const(-1), batch, LoopRole.BATCHES, step=-1)
     split = split_units(kernel(loop), WEIGHTS)
-    assert block_barriers(split, loop.body) == []
+    assert block_barriers(split, split.kernel_body.inner(0)) == []
 
 
 def test_a_batch_loop_that_packs_again_only_after_the_grid_meets_needs_a_block_barrier_only():
@@ -84,4 +88,4 @@ def test_a_batch_loop_that_packs_again_only_after_the_grid_meets_needs_a_block_b
              If(BinOp(">", Var("b"), Const(0)), (Barrier("states"),)))
     loop = Loop("b", Var("count"), Const(-1), batch, LoopRole.BATCHES, step=-1)
     split = split_units(kernel(loop), WEIGHTS)
-    assert block_barriers(split, loop.body) == [3]
+    assert block_barriers(split, split.kernel_body.inner(0)) == [3]

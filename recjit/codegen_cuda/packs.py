@@ -63,8 +63,8 @@ class Pack:
 
 @dataclass(frozen=True)
 class BlockPacks:
-    """`products`: {id of a product M: its `Pack`}; `skipped`: the ids of the pack loops and
-    barriers that the packed products replace; `arrays`: the packed arrays, which are no
+    """`products`: {the place of a product M (`units.Statements.place`): its `Pack`};
+    `skipped`: the places of the pack loops and barriers that the packed products replace; `arrays`: the packed arrays, which are no
     longer scratch; `shared_tiles`: whether products of one pack loop share their tiles.
     Empty: every pack is the grid's."""
 
@@ -94,50 +94,51 @@ def block_packs(kernel, split, tile_columns):
     def visit(body):
         for index, statement in enumerate(body):
             if isinstance(statement, Loop) and not statement.parallel:
-                visit(statement.body)
+                visit(body.inner(index))
             products = _candidate(body, index, widths, readers, tile_columns)
             if products and split.grid_met_before(body, index):
                 found.append((body, index, products))
 
-    visit(kernel.body)
-    barriers = frozenset(id(body[index + 1]) for body, index, _ in found)
+    visit(split.kernel_body)
+    barriers = frozenset(body.place(index + 1) for body, index, _ in found)
     packed_split = replace(split, block_only=barriers)
     if not found or any(
             split.block_barrier(body, index) != packed_split.block_barrier(body, index)
-            for body, index in barrier_positions(kernel.body)):
+            for body, index in barrier_positions(split.kernel_body)):
         return NO_PACKS, split
     if not all(packed_split.grid_met_before(body, index)
                and all(array in split.unchanging or not packed_split.written_later(body, index, array)
                        for array in {load.array for load in loads(body[index])})
                for body, index, _ in found):
         return NO_PACKS, split
-    packs = BlockPacks(products={id(product): pack for body, index, products in found
-                                 for product, pack in products},
-                       skipped=barriers | {id(body[index]) for body, index, _ in found},
+    packs = BlockPacks(products={body.place(position): pack for body, _, products in found
+                                 for position, _, pack in products},
+                       skipped=barriers | {body.place(index) for body, index, _ in found},
                        arrays=frozenset(product.x for _, _, products in found
-                                        for product, _ in products))
+                                        for _, product, _ in products))
     return packs, packed_split
 
 
 def _candidate(body, index, widths, readers, tile_columns):
-    """[(product, its `Pack`)] for the products whose inputs `body[index]` packs, if the pack,
-    its barrier and they are as the module says (the grid's meeting before it aside); else
-    None."""
+    """[(a product's index in `body`, the product, its `Pack`)] for the products whose inputs
+    `body[index]` packs, if the pack, its barrier and they are as the module says (the grid's
+    meeting before it aside); else None."""
     pack = body[index]
     if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
             and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
         return None
     element = element_extent(pack.body)[1]
     following = []
-    for statement in body[index + 2:]:
-        if not isinstance(statement, MatMul):
+    for position in range(index + 2, len(body)):
+        if not isinstance(body[position], MatMul):
             break
-        following.append(statement)
-    products = [product for product in following if product.x in written_by(pack)]
-    if element is None or {product.x for product in products} != written_by(pack):
+        following.append((position, body[position]))
+    products = [(position, product) for position, product in following
+                if product.x in written_by(pack)]
+    if element is None or {product.x for _, product in products} != written_by(pack):
         return None
     packed = []
-    for product in products:
+    for position, product in products:
         width = widths.get(product.x)
         if (not product.parallel or product.columns is not None or product.x_row is not None
                 or product.y_row is not None or readers.get(product.x) != 1
@@ -155,7 +156,7 @@ def _candidate(body, index, widths, readers, tile_columns):
             rows = _transposed(pack, product, others, stores, element, width.value)
         if not rows:
             return None
-        packed.append((product, rows))
+        packed.append((position, product, rows))
     return packed
 
 

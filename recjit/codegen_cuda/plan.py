@@ -11,7 +11,7 @@ import numpy as np
 
 from ..lowering import internal_barriers
 from ..lowering.ilir import (Barrier, BarrierScope, If, Let, Loop, MatMul, PackedProducts,
-                             RangeShare, Var, walk)
+                             RangeShare, Statements, Var, walk)
 from . import runtime
 from .packs import NO_PACKS, BlockPacks, block_packs
 from .ranges import NO_RANGES, NodeRanges, node_ranges
@@ -159,13 +159,14 @@ def planned_kernel(kernel, plan):
     units (and ranges of nodes) the blocks split, each product's pack and input rows, the
     pack loops and barriers that the blocks' own packs replace left out, runs of products
     that share their tiles as one `PackedProducts`, and the batch's `RangeShare`."""
-    return replace(kernel, body=_planned_body(kernel.body, plan))
+    return replace(kernel, body=_planned_body(Statements(kernel.body), plan))
 
 
 def _planned_body(body, plan):
+    """The planned statements of `body` (`Statements`)."""
     statements, run = [], []
     for index, statement in enumerate(body):
-        if id(statement) in plan.packs.skipped:  # ends a run of products, as it stood
+        if body.place(index) in plan.packs.skipped:  # ends a run of products, as it stood
             statements += _tile_run(run)
             run = []
             continue
@@ -178,7 +179,7 @@ def _planned_body(body, plan):
         run = [planned] if _shares_tiles(planned, plan) else []
         if not run:
             statements.append(planned)
-        if isinstance(statement, Let) and id(statement) == plan.ranges.after:
+        if isinstance(statement, Let) and body.place(index) == plan.ranges.after:
             statements.append(RangeShare(Var(statement.name), plan.ranges.units,
                                          plan.ranges.balance))
     return tuple(statements + _tile_run(run))
@@ -205,16 +206,16 @@ def _planned(body, index, plan):
             return replace(statement, scope=BarrierScope.BLOCK)
         return statement
     if isinstance(statement, MatMul):
-        return replace(statement, pack=plan.packs.products.get(id(statement)),
-                       input_rows=plan.ranges.products.get(id(statement)))
+        return replace(statement, pack=plan.packs.products.get(body.place(index)),
+                       input_rows=plan.ranges.products.get(body.place(index)))
     if isinstance(statement, If):
-        return replace(statement, body=_planned_body(statement.body, plan),
-                       orelse=_planned_body(statement.orelse, plan))
+        return replace(statement, body=_planned_body(body.inner(index, "body"), plan),
+                       orelse=_planned_body(body.inner(index, "orelse"), plan))
     if not isinstance(statement, Loop):
         return statement
-    planned = replace(statement, body=_planned_body(statement.body, plan))
+    planned = replace(statement, body=_planned_body(body.inner(index), plan))
     if not statement.parallel or statement.one_worker:
         return planned
-    if id(statement) in plan.ranges.loops:
+    if body.place(index) in plan.ranges.loops:
         return replace(planned, ranged=True)
     return replace(planned, units=split.loop_units(statement))

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from ..lowering.ilir import BinOp, Const, If, Let, Load, Loop, MatMul, Var, add, walk
 from .packs import item_part
-from .units import edge_loop_node, loads
+from .units import edge_loop_node, loads, places
 
 # How many input columns a node's row per edge stands for, in the balance: a binary node's.
 EDGES_A_NODE = 2
@@ -64,13 +64,13 @@ class InputRows:
 
 @dataclass(frozen=True)
 class NodeRanges:
-    """`after`: the id of the `Let` of the batch's node count, past which the kernel computes
-    the ranges and its block's share; `units`: the units the ranged statements split;
-    `products`: {id of a ranged product: its `InputRows`}; `loops`: the ids of the ranged
-    loops; `balance`: the weights' elements per input column a node multiplies. Empty: the
-    kernel's batches are not ranged."""
+    """`after`: the place (`units.Statements.place`) of the `Let` of the batch's node count,
+    past which the kernel computes the ranges and its block's share; `units`: the units the
+    ranged statements split; `products`: {the place of a ranged product: its `InputRows`};
+    `loops`: the places of the ranged loops; `balance`: the weights' elements per input column
+    a node multiplies. Empty: the kernel's batches are not ranged."""
 
-    after: int = None
+    after: tuple = None
     units: int = None
     products: dict = field(default_factory=dict)
     loops: frozenset = frozenset()
@@ -89,45 +89,50 @@ def node_ranges(kernel, split, weight_shapes):
                    if isinstance(statement, Loop) and not statement.parallel]
     if len(batch_loops) != 1:
         return NO_RANGES
-    body = kernel.body[batch_loops[0]].body
-    if any(isinstance(loop, Loop) and loop.one_worker for loop in walk(body)):
+    body = split.kernel_body.inner(batch_loops[0])
+    if any(isinstance(loop, Loop) and loop.one_worker for loop in walk(body.items)):
         return NO_RANGES
-    lets = {statement.name: statement for statement in body if isinstance(statement, Let)}
-    products = [statement for statement in walk(body)
-                if isinstance(statement, MatMul) and statement.y in split.arrays]
-    loops = [statement for statement in _parallel_loops(body) if split.loop_units(statement)]
-    counts = {loop.stop for loop in loops}
+    lets = {statement.name: (index, statement) for index, statement in enumerate(body)
+            if isinstance(statement, Let)}
+    products = {statements.place(index): statements[index] for statements, index in places(body)
+                if isinstance(statements[index], MatMul) and statements[index].y in split.arrays}
+    loops = {place: loop for place, loop in _parallel_loops(body) if split.loop_units(loop)}
+    counts = {loop.stop for loop in loops.values()}
     if not products or len(counts) != 1 or not isinstance(next(iter(counts)), Var) \
             or next(iter(counts)).name not in lets:
         return NO_RANGES
     count = counts.pop()
-    rows = {id(product): _input_rows(product, count, lets) for product in products}
-    units = {split.arrays[product.y] for product in products}
-    if None in rows.values() or any(product.y_row is not None for product in products) \
-            or len(units) != 1 or any(split.loop_units(loop) not in units for loop in loops):
+    values = {name: statement for name, (_, statement) in lets.items()}
+    rows = {place: _input_rows(product, count, values) for place, product in products.items()}
+    units = {split.arrays[product.y] for product in products.values()}
+    if None in rows.values() or any(product.y_row is not None for product in products.values()) \
+            or len(units) != 1 or any(split.loop_units(loop) not in units
+                                      for loop in loops.values()):
         return NO_RANGES
-    by_array = {product.y: rows[id(product)] for product in products}
+    by_array = {product.y: rows[place] for place, product in products.items()}
     # What the batches read of the units split before them, the grid met on before they began.
     before = set(split.arrays) - set(by_array)
-    if before and not split.grid_met_before(kernel.body, batch_loops[0]):
+    if before and not split.grid_met_before(split.kernel_body, batch_loops[0]):
         return NO_RANGES
-    readers = [loop for loop in walk(kernel.body) if isinstance(loop, Loop) and loop.parallel
-               and any(load.array in by_array for load in loads(loop.body))]
-    if any(id(loop) not in {id(ranged) for ranged in loops} for loop in readers) \
-            or not all(_reads_own_rows(loop, by_array, lets) for loop in loops):
+    readers = {statements.place(index) for statements, index in places(split.kernel_body)
+               if isinstance(statements[index], Loop) and statements[index].parallel
+               and any(load.array in by_array for load in loads(statements[index].body))}
+    if readers - set(loops) or not all(_reads_own_rows(loop, by_array, values)
+                                       for loop in loops.values()):
         return NO_RANGES
-    return NodeRanges(id(lets[count.name]), units.pop(), rows,
-                      frozenset(id(loop) for loop in loops),
+    return NodeRanges(body.place(lets[count.name][0]), units.pop(), rows, frozenset(loops),
                       balance(products, rows, weight_shapes))
 
 
 def _parallel_loops(body):
-    """The parallel loops in `body`, inside branches too."""
-    for statement in body:
+    """(place, loop) of the parallel loops in `body` (`units.Statements`), inside branches
+    too."""
+    for index, statement in enumerate(body):
         if isinstance(statement, Loop) and statement.parallel:
-            yield statement
+            yield body.place(index), statement
         elif isinstance(statement, If):
-            yield from _parallel_loops(statement.body + statement.orelse)
+            yield from _parallel_loops(body.inner(index, "body"))
+            yield from _parallel_loops(body.inner(index, "orelse"))
 
 
 def _input_rows(product, count, lets):
@@ -186,13 +191,13 @@ def _edge_of_own_node(row, rows, slot, node_lets, edge_loops):
 
 
 def balance(products, rows, weight_shapes):
-    """The ranged weights' elements per input column that a node multiplies, at least 1."""
+    """The ranged weights' elements per input column that a node multiplies, at least 1:
+    `products` {place: product}, `rows` {place: its `InputRows`}."""
     elements = sum(weight_shapes[weight][0] * weight_shapes[weight][1]
-                   for weight in {product.weight for product in products})
+                   for weight in {product.weight for product in products.values()})
     columns = sum(weight_shapes[product.weight][1]
-                  * (EDGES_A_NODE if rows[id(product)].edges_of is not None
-                     else rows[id(product)].per_node)
-                  for product in products)
+                  * (EDGES_A_NODE if rows[place].edges_of is not None else rows[place].per_node)
+                  for place, product in products.items())
     return max(1, round(elements / columns))
 
 

@@ -26,7 +26,7 @@ rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field
 
 from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, If, Let, Load,
-                             Loop, MatMul, Store, Var, add, nodes, walk)
+                             Loop, MatMul, Statements, Store, Var, add, nodes, walk)
 
 
 def element_extent(body):
@@ -48,15 +48,13 @@ class UnitSplit:
     """`arrays`: {unit-split array: its units}; `weights`: {weight: units} for the weights
     whose products write them; `unchanging`: the kernel's states (written once, a node's) and
     fields (never written), which no block overwrites while another reads; `kernel_body`: its
-    statements; `parents`: {id of a loop's or branch's statements: (the statements holding
-    that loop or branch, its index there)}. Empty: no split."""
+    statements (`Statements`, the root of every path). Empty: no split."""
 
     arrays: dict = field(default_factory=dict)
     weights: dict = field(default_factory=dict)
     unchanging: frozenset = frozenset()
-    kernel_body: tuple = ()
-    parents: dict = field(default_factory=dict)
-    block_only: frozenset = frozenset()  # ids of barriers a block's alone (`packs.py`)
+    kernel_body: Statements = field(default_factory=lambda: Statements(()))
+    block_only: frozenset = frozenset()  # the places of barriers a block's alone (`packs.py`)
 
     def loop_units(self, loop):
         """The units a parallel loop's blocks split, or None: it reads no unit-split array."""
@@ -77,7 +75,7 @@ class UnitSplit:
         """Whether the grid surely meets at `body[index]`, a barrier: no products run before
         it, for which it could be a block's, and it is no barrier of a block's own packs
         (`block_only`)."""
-        return (id(body[index]) not in self.block_only
+        return (body.place(index) not in self.block_only
                 and not self._products_before(body, index))
 
     def grid_met_before(self, body, index):
@@ -90,16 +88,15 @@ class UnitSplit:
         while position >= 0 and isinstance(body[position], (Let, Comment, Alloc)):
             position -= 1
         if position >= 0 and isinstance(body[position], Loop) and not body[position].parallel:
-            loop_body = body[position].body
+            loop_body = body.inner(position)
             return (self.grid_met_before(loop_body, len(loop_body))
                     and self.grid_met_before(body, position))
         if position >= 0:
             return isinstance(body[position], Barrier) and self.grid_meets(body, position)
-        if body is self.kernel_body:
+        if not body.path:
             return True
-        holder = self.parents.get(id(body))
-        if not holder or not isinstance(holder[0][holder[1]], Loop) \
-                or holder[0][holder[1]].parallel:
+        holder = self.holder(body)
+        if not isinstance(holder[0][holder[1]], Loop) or holder[0][holder[1]].parallel:
             return False
         last = len(body) - 1
         return (isinstance(body[last], Barrier) and self.grid_meets(body, last)
@@ -108,13 +105,14 @@ class UnitSplit:
     def synchronizes_a_block(self, body, index):
         """Whether `body[index]`, a barrier, synchronizes a block only: by the split units'
         rule, or as the barrier of a block's own packs."""
-        return id(body[index]) in self.block_only or self.block_barrier(body, index)
+        return body.place(index) in self.block_only or self.block_barrier(body, index)
 
     def batch_barriers(self):
         """(block barriers, barriers) in a batch: in the kernel's batch loop."""
-        positions = [position for loop in self.kernel_body
+        body = self.kernel_body
+        positions = [position for index, loop in enumerate(body)
                      if isinstance(loop, Loop) and not loop.parallel
-                     for position in barrier_positions(loop.body)]
+                     for position in barrier_positions(body.inner(index))]
         return sum(self.synchronizes_a_block(*position) for position in positions), len(positions)
 
     def _products_before(self, body, index):
@@ -128,7 +126,7 @@ class UnitSplit:
                 products.append(statement)
             elif not isinstance(statement, (Comment, Let, Alloc)):
                 return None
-        return products if body is self.kernel_body else None
+        return products if not body.path else None
 
     def written_later(self, body, index, array):
         """Whether a statement that may run after `body[index]` before the grid next meets
@@ -137,9 +135,9 @@ class UnitSplit:
         pending, seen = [(body, index + 1)], set()
         while pending:
             statements, position = pending.pop()
-            if (id(statements), position) in seen:
+            if statements.place(position) in seen:
                 continue
-            seen.add((id(statements), position))
+            seen.add(statements.place(position))
             if position == len(statements):
                 after = self._after(statements)
                 if after is None:
@@ -150,12 +148,12 @@ class UnitSplit:
             if isinstance(statement, Barrier) and self.grid_meets(statements, position):
                 continue
             if isinstance(statement, If):
-                pending += [(branch, 0) for branch in (statement.body, statement.orelse)
-                            if branch]
+                pending += [(statements.inner(position, branch), 0)
+                            for branch in ("body", "orelse") if getattr(statement, branch)]
                 if not statement.orelse:
                     pending.append(self._skipping(statements, position))
             elif isinstance(statement, Loop) and not statement.parallel:
-                pending += [(statement.body, 0), (statements, position + 1)]
+                pending += [(statements.inner(position), 0), (statements, position + 1)]
             elif array in written_by(statement):
                 return True
             else:
@@ -164,13 +162,10 @@ class UnitSplit:
 
     def _after(self, statements):
         """Where a path goes at the end of `statements`: a sequential loop's body again or
-        what follows the loop; what follows a branch; nowhere after the kernel's own; None
-        where it is unknown."""
-        if id(statements) not in self.parents:
+        what follows the loop; what follows a branch; nowhere after the kernel's own."""
+        if not statements.path:
             return []
-        if self.parents[id(statements)] is None:
-            return None
-        holder, index = self.parents[id(statements)]
+        holder, index = self.holder(statements)
         if isinstance(holder[index], Loop):
             return [(statements, 0), (holder, index + 1)]
         return [(holder, index + 1)]
@@ -180,13 +175,21 @@ class UnitSplit:
         `if b > 0:` (the last batch multiplies nothing), is not taken in its last batch only:
         past it the loop ends."""
         condition = statements[position].condition
-        holder = self.parents.get(id(statements))
+        holder = self.holder(statements) if statements.path else None
         if holder and position == len(statements) - 1:
             loop = holder[0][holder[1]]
             if (isinstance(loop, Loop) and loop.step == -1 and loop.stop == Const(-1)
                     and condition == BinOp(">", Var(loop.var), Const(0))):
                 return holder[0], holder[1] + 1
         return statements, position + 1
+
+    def holder(self, statements):
+        """(the statements holding the loop or branch that `statements` are of, its index
+        there)."""
+        holder = self.kernel_body
+        for index, branch in statements.path[:-1]:
+            holder = holder.inner(index, branch)
+        return holder, statements.path[-1][0]
 
 
 # The blocks split no units: every product by rows, every barrier the grid's.
@@ -203,8 +206,7 @@ def split_units(kernel, weight_shapes, enabled=True):
     none unless `enabled` (`Schedule(split_units=False)`), the kernel's statements known
     still, for the barriers' reasoning (`packs.py`)."""
     if not enabled:
-        return UnitSplit(unchanging=_unchanging(kernel), kernel_body=kernel.body,
-                         parents=_parents(kernel.body))
+        return UnitSplit(unchanging=_unchanging(kernel), kernel_body=Statements(kernel.body))
     reads, writes = {}, {}
     _accesses(kernel.body, reads, writes, None)
     arrays = {}
@@ -227,37 +229,32 @@ def split_units(kernel, weight_shapes, enabled=True):
                 for y in outputs:
                     mixed = arrays.pop(y, None) is not None or mixed
     weights = {product.weight: arrays[product.y] for product in products if product.y in arrays}
-    return UnitSplit(arrays, weights, _unchanging(kernel), kernel.body,
-                     _parents(kernel.body))
+    return UnitSplit(arrays, weights, _unchanging(kernel), Statements(kernel.body))
 
 
-def _parents(body, parents=None):
-    """{id of a loop's or branch's statements: (the statements holding it, its index)}."""
-    parents = {} if parents is None else parents
+def places(body):
+    """(statements, index) of every statement of `body` (`Statements`), those inside loops
+    and branches included, in order."""
     for index, statement in enumerate(body):
+        yield body, index
         if isinstance(statement, Loop):
-            inner = (statement.body,)
+            yield from places(body.inner(index))
         elif isinstance(statement, If):
-            inner = tuple(branch for branch in (statement.body, statement.orelse) if branch)
-        else:
-            continue
-        for statements in inner:
-            # The same statements in two places: where a path goes after them is unknown.
-            parents[id(statements)] = None if id(statements) in parents else (body, index)
-            _parents(statements, parents)
-    return parents
+            yield from places(body.inner(index, "body"))
+            yield from places(body.inner(index, "orelse"))
 
 
 def barrier_positions(body):
-    """(statements, index) of every barrier in `body`, inside loops and branches too."""
+    """(statements, index) of every barrier in `body` (`Statements`), inside loops and
+    branches too."""
     for index, statement in enumerate(body):
         if isinstance(statement, Barrier):
             yield body, index
         elif isinstance(statement, Loop):
-            yield from barrier_positions(statement.body)
+            yield from barrier_positions(body.inner(index))
         elif isinstance(statement, If):
-            yield from barrier_positions(statement.body)
-            yield from barrier_positions(statement.orelse)
+            yield from barrier_positions(body.inner(index, "body"))
+            yield from barrier_positions(body.inner(index, "orelse"))
 
 
 def written_by(statement):

@@ -3,7 +3,7 @@ model and backend, and the checks that a schedule fits them."""
 from dataclasses import dataclass
 
 from ..errors import ScheduleError
-from .ilir import Barrier, Loop, LoopRole
+from .ilir import Barrier, Loop, LoopRole, Statements
 from .lower import lower
 from .refactor import refactor
 from .traffic import internal_positions
@@ -96,10 +96,11 @@ def barriers_per_batch(kernel):
 
 def internal_barriers(kernel):
     """(statements, index) of each barrier one internal batch of the kernel's batch loop
-    crosses."""
-    for statement in kernel.body:
+    crosses, the statements a `Statements` whose path starts at the kernel's body."""
+    body = Statements(kernel.body)
+    for index, statement in enumerate(body):
         if isinstance(statement, Loop) and statement.role is LoopRole.BATCHES:
-            return [(statements, index) for statements, index
-                    in internal_positions(statement.body)
-                    if isinstance(statements[index], Barrier)]
+            return [(statements, position) for statements, position
+                    in internal_positions(body.inner(index))
+                    if isinstance(statements[position], Barrier)]
     return []

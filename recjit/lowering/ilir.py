@@ -332,6 +332,30 @@ def mul(left, right):
     return BinOp("*", left, right)
 
 
+@dataclass(frozen=True)
+class Statements:
+    """A list of a kernel's statements and where it lies: `path`, the steps (index, `body`
+    or `orelse`) from the kernel's body through the loops and branches that hold it. A
+    statement's place is (its list's path, its index): what the analyses key their decisions
+    by, since equal statements may stand in several places."""
+
+    items: tuple
+    path: tuple = ()
+
+    def __getitem__(self, index):
+        return self.items[index]
+
+    def __len__(self):
+        return len(self.items)
+
+    def inner(self, index, branch="body"):
+        """The statements of `self[index]`'s `branch`, a loop's or a branch's."""
+        return Statements(getattr(self.items[index], branch), self.path + ((index, branch),))
+
+    def place(self, index):
+        return self.path, index
+
+
 def walk(body):
     """Every statement of `body`, those inside loops and branches included, in order."""
     for statement in body:

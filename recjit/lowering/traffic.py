@@ -2,7 +2,8 @@
 `explain()`: the bytes of weights the batch's products stream (once per batch, whatever its
 size: what model persistence keeps on chip) and the bytes each node of the batch moves
 (states and children's states read and written, products' packed inputs and outputs)."""
-from .ilir import ArgumentRole, BinOp, Call, Const, If, Let, Load, Loop, LoopRole, MatMul, Store
+from .ilir import (ArgumentRole, BinOp, Call, Const, If, Let, Load, Loop, LoopRole, MatMul,
+                   Statements, Store)
 
 
 def batch_traffic(kernel, weight_shapes, itemsize):
@@ -17,17 +18,18 @@ def batch_traffic(kernel, weight_shapes, itemsize):
 
 def internal_path(body):
     """The statements an internal batch (not the last) runs."""
-    return [statements[index] for statements, index in internal_positions(body)]
+    return [statements[index] for statements, index in internal_positions(Statements(body))]
 
 
 def internal_positions(body):
-    """(statements, index) of each statement an internal batch (not the last) runs: of a
-    branch on the batch's case, the `else` side; of a guard (an `if` without `else`: not the
-    last batch), the body."""
+    """(statements, index) of each statement of `body` (`Statements`) that an internal batch
+    (not the last) runs: of a branch on the batch's case, the `else` side; of a guard (an `if`
+    without `else`: not the last batch), the body."""
     positions = []
     for index, statement in enumerate(body):
         if isinstance(statement, If):
-            positions += internal_positions(statement.orelse or statement.body)
+            positions += internal_positions(body.inner(index,
+                                                       "orelse" if statement.orelse else "body"))
         else:
             positions.append((body, index))
     return positions

@@ -11,8 +11,9 @@ weight decay 1e-4 on all but the embeddings, dropout 0.5 on the hidden states be
 The word vectors are random and learned (no pretrained vectors can be downloaded here), as
 the SST paper's RNTN learned its own. `--backend torch` trains the same model written in plain
 PyTorch, a level of the forest at a time, as DGL's TreeLSTM runs. `--workers 2` trains with
-DistributedDataParallel over gloo in two processes, each taking every other batch. Writes a
-JSON log and a PNG of loss and accuracy per epoch (`--log`)."""
+DistributedDataParallel over gloo in two processes, each taking every other batch; started by
+`torchrun` instead (docs/training.md), on one machine or several, it joins the group torchrun
+sets up. Writes a JSON log and a PNG of loss and accuracy per epoch (`--record`)."""
 import argparse
 import itertools
 import json
@@ -242,17 +243,19 @@ def train(args, rank=0):
             "test_binary": test_binary, "best_dev_fine": best}
 
 
-def worker(rank, args, port):
-    """One process of `--workers`: one thread each (the workers share the cores), gloo."""
-    import numba
-    numba.set_num_threads(1)
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
-                                         rank=rank, world_size=args.workers)
+def worker(rank, args, init_method, local_workers):
+    """One process of a DistributedDataParallel group over gloo, `init_method` its rendezvous
+    (`tcp://127.0.0.1:PORT` for `--workers`, `env://` under torchrun); the `local_workers` on
+    this machine share its cores."""
+    threads = max(1, (os.cpu_count() or 1) // local_workers)
+    rj.set_num_threads(min(threads, rj.get_num_threads()))
+    torch.set_num_threads(threads)
+    torch.distributed.init_process_group("gloo", init_method=init_method, rank=rank,
+                                         world_size=args.workers)
     try:
         record = train(args, rank)
         if record is not None:
-            write(record, args.log)
+            write(record, args.record)
     finally:
         torch.distributed.destroy_process_group()
 
@@ -263,11 +266,11 @@ def free_port():
         return probe.getsockname()[1]
 
 
-def write(record, log):
-    with open(log + ".json", "w") as handle:
+def write(record, path):
+    with open(path + ".json", "w") as handle:
         json.dump(record, handle, indent=1)
-    plot(record, log + ".png")
-    print(f"wrote {log}.json and {log}.png")
+    plot(record, path + ".png")
+    print(f"wrote {path}.json and {path}.png")
 
 
 def plot(record, path):
@@ -304,12 +307,18 @@ def main():
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=1,
                         help="processes training with DistributedDataParallel (gloo)")
-    parser.add_argument("--log", default="train_sst", help="writes LOG.json and LOG.png")
+    parser.add_argument("--record", default="train_sst",
+                        help="writes RECORD.json and RECORD.png (not --log, which torchrun takes)")
     args = parser.parse_args()
-    if args.workers > 1:
-        torch.multiprocessing.spawn(worker, args=(args, free_port()), nprocs=args.workers)
+    if "WORLD_SIZE" in os.environ:  # started by torchrun, on this machine or on several
+        args.workers = int(os.environ["WORLD_SIZE"])
+        worker(int(os.environ["RANK"]), args, "env://",
+               int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
+    elif args.workers > 1:
+        torch.multiprocessing.spawn(worker, nprocs=args.workers, args=(
+            args, f"tcp://127.0.0.1:{free_port()}", args.workers))
     else:
-        write(train(args), args.log)
+        write(train(args), args.record)
 
 
 if __name__ == "__main__":

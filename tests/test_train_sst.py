@@ -36,3 +36,57 @@ def test_recjit_and_plain_pytorch_give_the_same_losses_step_after_step(cell):
     np.testing.assert_allclose(recjit_losses, losses("torch", cell, forest, initial, 3),
                                rtol=1e-9)
     assert recjit_losses[2] < recjit_losses[0]
+
+
+DDP_TREES = 24
+
+
+def ddp_data():
+    """24 random trees of SST's shape, labelled at every node, and the float64 initial
+    parameters of the classifier."""
+    forest = rj.Forest.random_binary(DDP_TREES, seed=11, mean_leaves=6, vocab_size=30)
+    forest.fields["label"] = np.random.default_rng(12).integers(0, 5, forest.num_nodes)
+    return forest, initial_parameters(30, 4, 3, seed=1, dtype="float64")
+
+
+def one_sgd_step(model, forest):
+    """The mean cross-entropy over the forest's roots' trees (every node labelled), one step
+    of plain SGD: what DistributedDataParallel's averaged gradients reproduce exactly."""
+    sgd = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss = torch.nn.functional.cross_entropy(model(forest), torch.from_numpy(
+        forest.fields["label"]), reduction="sum") / forest.roots.size
+    sgd.zero_grad()
+    loss.backward()
+    sgd.step()
+
+
+def ddp_worker(rank, port, path):
+    """Worker `rank` of 2: half the trees, one step under DistributedDataParallel (gloo)."""
+    torch.set_num_threads(1)
+    rj.set_num_threads(1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=2)
+    try:
+        forest, initial = ddp_data()
+        half = DDP_TREES // 2
+        model = Classifier("recjit", initial, dropout=0.0)
+        one_sgd_step(torch.nn.parallel.DistributedDataParallel(model),
+                     forest.select(range(rank * half, (rank + 1) * half)))
+        if rank == 0:
+            torch.save(model.state_dict(), path)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_a_step_of_two_ddp_processes_of_12_trees_is_a_step_of_one_process_of_24(tmp_path):
+    from train_sst import free_port
+    forest, initial = ddp_data()
+    model = Classifier("recjit", initial, dropout=0.0)
+    one_sgd_step(model, forest)
+    path = str(tmp_path / "worker0.pt")
+    torch.multiprocessing.spawn(ddp_worker, args=(free_port(), path), nprocs=2)
+    workers = torch.load(path)
+    for name, value in model.state_dict().items():
+        np.testing.assert_allclose(workers[name].numpy(), value.numpy(), rtol=1e-5, atol=1e-8,
+                                   err_msg=name)
+    assert not np.allclose(model.state_dict()["out.weight"].numpy(), initial["W_out"])

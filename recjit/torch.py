@@ -119,18 +119,20 @@ class _RecursiveFunction(torch.autograd.Function):
 
 
 def _gradients_of(layout, gradients):
-    """The gradient of each tensor input, in order."""
+    """The gradient of each tensor input, in order; None for one the cell does not read (a
+    parameter or field it ignores, an integer field), which autograd takes as no gradient."""
     result = []
     for kind, name, value in layout.inputs:
         if not isinstance(value, torch.Tensor):
             continue
         if kind == "parameter":
-            gradient = getattr(gradients.params, name)
+            gradient = getattr(gradients.params, name, None)
         elif kind == "field":
-            gradient = gradients.fields[name]
+            gradient = gradients.fields.get(name)
         else:
             gradient = gradients.context[int(name)]
-        result.append(_as_tensor(gradient, value, name in layout.sparse))
+        result.append(None if gradient is None
+                      else _as_tensor(gradient, value, name in layout.sparse))
     return result
 
 

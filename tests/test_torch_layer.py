@@ -192,3 +192,18 @@ def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():
                                   ("U", (HIDDEN, HIDDEN)))}
     with pytest.raises(rj.InputError, match="field 'x' has"):
         rj.torch.apply(fielded, forest, params, fields={"x": torch.zeros(1, HIDDEN)})
+
+
+def test_a_tensor_the_cell_does_not_read_gets_no_gradient_and_the_others_theirs():
+    """A parameter or a float field the cell ignores, and an integer field, are inputs autograd
+    gives nothing back to; the parameters the cell reads get their gradients."""
+    forest = rj.Forest.random_binary(2, seed=4, mean_leaves=4, vocab_size=VOCAB)
+    params = {name: value.detach().requires_grad_() for name, value
+              in module().named_parameters()}
+    unused = torch.ones(3, dtype=torch.float64, requires_grad=True)
+    unread = torch.ones(forest.num_nodes, 2, dtype=torch.float64, requires_grad=True)
+    words = torch.from_numpy(forest.fields["word"])
+    rj.torch.apply(child_sum_tree_lstm, forest, {**params, "unused": unused},
+                   fields={"x": unread, "word": words}).nodes[0].sum().backward()
+    assert unused.grad is None and unread.grad is None
+    assert all(value.grad is not None for value in params.values())

@@ -20,9 +20,12 @@ backward pass, and an Adagrad update. Contestants:
 Also: the pullback against the forward run (TreeLSTM h256, 10 trees, Cortex's inference
 setting), VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients against one
 batch gradient and against a PyTorch loop of per-tree backward passes, the jacobian of each
-root's h with respect to the leaves' embeddings against a loop of pullbacks, and the memory
-the backward keeps. Writes benchmarks/results/training-<machine>.json and .md. This is a
-benchmark, never a test: nothing here asserts a timing.
+root's h with respect to the leaves' embeddings against a loop of pullbacks, the memory
+the backward keeps, an epoch of SST train for the four contestants that take a batch (342
+batches; `--quick`: 1,000 trees), and an epoch of `examples/train_sst.py` in one process
+against two DistributedDataParallel processes. Writes
+benchmarks/results/training-<machine>.json and .md. This is a benchmark, never a test:
+nothing here asserts a timing.
 
 NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit step's loss
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores
@@ -30,7 +33,10 @@ recjit's kernels need (docs/training.md: 59 ms a step instead of 13 on 2 cores).
 import argparse
 import os
 import platform
+import re
+import subprocess
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
@@ -242,6 +248,50 @@ def training_steps(batches, initial, rounds):
     return rows
 
 
+def epochs(path, limit):
+    """Seconds for one pass over SST train (the first `limit` trees, or all) in batches of
+    25, each contestant's training step, after one warm-up step (no dropout, no shuffle)."""
+    vocab = {}
+    batches = sst_batches(sst_lines(path, limit), 25, vocab)
+    initial = initial_parameters(len(vocab), 300, 150, seed=0)
+    rows = {"batches": len(batches)}
+    for name, make in (("recjit", lambda: RecjitStep(initial)),
+                       ("recjit in pytorch", lambda: TorchStep("recjit", initial)),
+                       ("pytorch level-batched", lambda: TorchStep("torch", initial)),
+                       ("dynet autobatch", lambda: DynetStep(initial))):
+        try:
+            step = make()
+        except ImportError as error:
+            rows[name] = {"absent": str(error)}
+            continue
+        step(batches[0])
+        started = time.perf_counter()
+        for forest in batches:
+            step(forest)
+        rows[name] = {"s": time.perf_counter() - started}
+        print(f"  {name}: {rows[name]}", flush=True)
+    return rows
+
+
+def ddp_epochs(data, limit):
+    """`examples/train_sst.py`'s training seconds for an epoch of the first `limit` trees, in
+    one process and in two DistributedDataParallel processes (each their own one thread)."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for workers in (1, 2):
+            command = [sys.executable, "train_sst.py", "--epochs", "1", "--data", data,
+                       "--workers", str(workers), "--record", os.path.join(scratch, "run")]
+            if limit:
+                command += ["--limit", str(limit)]
+            run = subprocess.run(command, cwd=os.path.join(HERE, "..", "examples"),
+                                 capture_output=True, text=True, check=False)
+            found = re.search(r"epoch 1: loss [0-9.]+ a node, ([0-9.]+) s", run.stdout)
+            rows[f"{workers} worker{'s' * (workers > 1)} s"] = (
+                float(found.group(1)) if found else f"failed: {run.stderr.strip()[-300:]}")
+            print(f"  {workers} workers: {rows}", flush=True)
+    return rows
+
+
 def pullback_against_run(hidden, batch, repeat):
     """(run ms, pullback ms, vjp ms) for TreeLSTM on `batch` generated SST-like trees."""
     from tree_lstm import make_params, tree_lstm
@@ -340,8 +390,18 @@ def markdown(results):
         for name, row in rows.items():
             lines.append(f"| {batch} | {name} | "
                          + (f"{row['ms']:.2f} |" if "ms" in row else "absent |"))
+    epoch = results["epoch"]
+    lines += ["", f"## An epoch of SST train ({epoch['batches']} batches of 25, no dropout)", "",
+              "| contestant | s | over recjit in pytorch |", "|---|---|---|"]
+    base = epoch.get("recjit in pytorch", {}).get("s")
+    for name, row in epoch.items():
+        if name == "batches":
+            continue
+        lines.append(f"| {name} | absent |  |" if "absent" in row else
+                     f"| {name} | {row['s']:.2f} | {row['s'] / base:.2f}x |" if base else
+                     f"| {name} | {row['s']:.2f} |  |")
     for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
-                  "jacobian", "memory"):
+                  "jacobian", "memory", "ddp epoch"):
         lines += ["", f"## {title}", ""]
         lines += [f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}"
                   for key, value in results[title].items()]
@@ -384,6 +444,11 @@ def main():
                                                   4 if args.quick else 12)
     results["jacobian"] = jacobian_rows(batches, initial, 4 if args.quick else 8)
     results["memory"] = backward_memory(batches[0], initial)
+    print("an epoch of SST train, batches of 25:", flush=True)
+    train = os.path.join(args.data, "train.txt")
+    results["epoch"] = epochs(train, 1000 if args.quick else None)
+    print("an epoch of train_sst.py, 1 and 2 DDP workers:", flush=True)
+    results["ddp epoch"] = ddp_epochs(args.data, 1000 if args.quick else None)
     base = os.path.join(HERE, "results", f"training-{args.machine}")
     print(markdown(results))
     write_results(base, results, markdown(results))

@@ -247,14 +247,8 @@ def places(body):
 def barrier_positions(body):
     """(statements, index) of every barrier in `body` (`Statements`), inside loops and
     branches too."""
-    for index, statement in enumerate(body):
-        if isinstance(statement, Barrier):
-            yield body, index
-        elif isinstance(statement, Loop):
-            yield from barrier_positions(body.inner(index))
-        elif isinstance(statement, If):
-            yield from barrier_positions(body.inner(index, "body"))
-            yield from barrier_positions(body.inner(index, "orelse"))
+    return [(statements, index) for statements, index in places(body)
+            if isinstance(statements[index], Barrier)]
 
 
 def written_by(statement):

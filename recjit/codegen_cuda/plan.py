@@ -85,9 +85,11 @@ def plan_launch(kernel, schedule, weight_shapes, blocks, shared_bytes):
 
 def grid_barriers_per_batch(kernel, plan):
     """The barriers an internal batch of `kernel` crosses at which the whole grid meets under
-    `plan`: the lowering's, less those that split units and block packs make a block's."""
-    return sum(not plan.split.synchronizes_a_block(body, index)
-               for body, index in internal_barriers(kernel))
+    `plan`, counted in the planned ILIR: the lowering's, less those that split units and
+    block packs make a block's and those the grid met before."""
+    planned = planned_kernel(kernel, plan)
+    return sum(statements[index].scope is None
+               for statements, index in internal_barriers(planned))
 
 
 def _row_groups(kernel, schedule, weight_shapes, unit_split, blocks):

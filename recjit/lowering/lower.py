@@ -528,19 +528,23 @@ class PassLowering:
         target with its own `stores`) and the products `extra_matvecs`; returns
         (allocations, statements)."""
         matvecs = self.needed_matvecs([v for v, _ in outputs] + list(extra_matvecs))
+        phases = sorted({self.depth(m) for m in matvecs})
+        early = self.early_outputs(outputs) if phases else []
         allocations, statements = [], []
-        for phase in sorted({self.depth(m) for m in matvecs}):
+        for phase in phases:
             if phase > 1:
                 statements.append(Barrier(f"phase {phase} multiplies values computed in "
                                           f"phase {phase - 1} of the same nodes"))
             phase_allocations, phase_statements = self.phase(
-                [m for m in matvecs if self.depth(m) == phase], phase)
+                [m for m in matvecs if self.depth(m) == phase], phase,
+                early if phase == phases[0] else ())
             allocations += phase_allocations
             statements += phase_statements
-        if outputs:
+        late = [output for output in outputs if output not in early]
+        if late:
             if matvecs:
                 statements.append(Barrier("the elementwise ops read the products"))
-            statements.append(self.elementwise(outputs))
+            statements.append(self.elementwise(late))
         if self.uses_edges:
             edge_base = Load("child_ptr", (self.first_node,))
             edge_end = Load("child_ptr", (add(self.first_node, self.count),))
@@ -566,9 +570,19 @@ class PassLowering:
                            else products)
         return allocations, statements
 
-    def phase(self, matvecs, phase):
+    def early_outputs(self, outputs):
+        """The outputs that read none of the pass's products (with `shared_segments`, where a
+        slot is a node): stored in the first phase's loop, which computes what they read for
+        its packs anyway, not computed again in the elementwise loop."""
+        if not self.shared_segments or self.product_slot != "slot":
+            return []
+        return [(value, target) for value, target in outputs
+                if self.depth(value) == 0 and not self.transposed_columns([value])]
+
+    def phase(self, matvecs, phase, outputs=()):
         """Pack the vectors of this phase's products, then one `MatMul` per weight and per
-        kind of vector: one per node (indexed by slot) or one per child (indexed by edge)."""
+        kind of vector: one per node (indexed by slot) or one per child (indexed by edge);
+        `outputs` (`early_outputs`) are stored in the same loop."""
         groups = {}
         for value in matvecs:
             matrix, vector = self.case.ops[value].args
@@ -615,7 +629,7 @@ class PassLowering:
             count = Var("num_edges") if per_child else self.product_count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
                                    self.row_block, y_row=y_row))
-        node_packs += self.shared_element_loops("k", shared)
+        node_packs += self.shared_element_loops("k", shared + self.output_requests(outputs))
         if edge_packs:
             self.uses_edges = True
             node_packs.append(over_children(edge_packs))
@@ -734,16 +748,8 @@ class PassLowering:
         return 0
 
     def elementwise(self, outputs):
-        by_size = {}
-        for value, target in outputs:
-            by_size.setdefault(self.case.ops[value].size, []).append((value, target))
         body, shared = [], []
-        for size, group in by_size.items():
-            values = [v for v, _ in group]
-
-            def stores(emitter, position, element, group=group):
-                return self.stores(group, emitter, position, element)
-
+        for values, size, stores in self.output_requests(outputs):
             columns = self.transposed_columns(values)
             if self.shared_segments and not columns:
                 shared.append((values, size, stores))
@@ -751,6 +757,14 @@ class PassLowering:
                 body += self.element_loops("e", values, size, stores, columns)
         body += self.shared_element_loops("e", shared)
         return self.slot_loop(body)
+
+    def output_requests(self, outputs):
+        """(values, size, their stores) for the outputs of each size."""
+        by_size = {}
+        for value, target in outputs:
+            by_size.setdefault(self.case.ops[value].size, []).append((value, target))
+        return [([value for value, _ in group], size,
+                 functools.partial(self.stores, group)) for size, group in by_size.items()]
 
     def stores(self, group, emitter, position, element):
         """The statements that put each (value, target) of `group` at `element` (an element

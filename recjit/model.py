@@ -506,7 +506,8 @@ class RecursiveModel:
             try:
                 kernel = lower_backward(cell, adjoints, compiled.schedule.row_block, wanted,
                                         shared_children=self.kind == "dag",
-                                        kept=compiled.kernel.kept)
+                                        kept=compiled.kernel.kept,
+                                        distinct_key=compiled.kernel.distinct_key)
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:
@@ -686,12 +687,12 @@ class RecursiveModel:
 
 def _remat_line(kept):
     if not kept:
-        return ("remat: the backward recomputes each internal node's products from its "
-                "children's states (Schedule(remat=True), or a refactored or unrolled one)")
+        return ("remat: the backward recomputes each node's products from its children's "
+                "states or its fields (Schedule(remat=True), or a refactored or unrolled one)")
     arrays = ", ".join(dict.fromkeys(product.array for product in kept))
-    return (f"remat: the forward keeps each internal node's products for the backward "
-            f"({arrays}: a row per node or edge), which reads them instead of recomputing "
-            "them (Schedule(remat=True) recomputes)")
+    return (f"remat: the forward keeps each node's products for the backward ({arrays}: a "
+            "row per internal node or edge, or per distinct key of the leaves), which reads them "
+            "instead of recomputing them (Schedule(remat=True) recomputes)")
 
 
 def _backward_line(backward):

@@ -100,11 +100,14 @@ def test_explain_with_grad_prints_the_backward_ilir_roots_first():
 def test_the_backward_reads_the_products_the_forward_kept_by_default():
     forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
     _, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
-    assert sorted(pullback.kept) == ["batch_kept_U_f", "batch_kept_U_iou"]
+    assert sorted(pullback.kept) == ["batch_kept_U_f", "batch_kept_U_iou", "leaf_kept_W_iou"]
     internal = pullback.linearized.leaf_begin
     assert pullback.kept["batch_kept_U_iou"].shape == (internal, 3 * HIDDEN)
+    words = np.unique(forest.fields["word"][forest.fields["word"] >= 0]).size
+    assert pullback.kept["leaf_kept_W_iou"].shape == (words, 3 * HIDDEN)  # a row a word
     source = tree_lstm.kernel_source(grad=True)
     assert "batch_kept_U_iou[node, " in source and "batch_y_U_iou[" not in source
+    assert "leaf_kept_W_iou[leaf_slot[slot], " in source and "leaf_y_W_iou[" not in source
 
 
 @pytest.mark.parametrize("model, make, forest", [

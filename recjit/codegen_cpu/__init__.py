@@ -6,7 +6,7 @@ import numpy as np
 from ..generated import guard_caches, load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..lowering.backward import row_counts
-from ..lowering.ilir import ArgumentRole
+from ..lowering.ilir import ArgumentRole, RowsOf
 from ..result import Result
 from . import calls, runtime
 from .child_sums import plan_sums_first
@@ -56,10 +56,12 @@ class GeneratedKernel:
                     *[arrays[name] for name in self.kernel.arrays])
 
 
-def kept_products(kept, linearized, dtype):
+def kept_products(kept, linearized, scalars, dtype):
     """{array: an empty array} for the arrays of `KeptProduct`s `kept`: a row per internal
-    node or edge from one, `stride` rows each."""
-    rows = row_counts(linearized)
+    node, edge from one, leaf or distinct key of the leaves (`scalars`, the kernel's, count
+    those), `stride` rows each."""
+    rows = {**row_counts(linearized),
+            RowsOf.DISTINCT_LEAVES: scalars.get("num_distinct_leaves", 0)}
     return {product.array: np.empty((rows[product.rows] * product.stride, product.width),
                                      dtype=dtype)
             for product in kept}
@@ -97,7 +99,7 @@ class CpuKernel(GeneratedKernel):
                   for _, size in self.kernel.states]
         arrays = dict(forest_arrays)
         arrays.update((name, state) for (name, _), state in zip(self.kernel.states, states))
-        kept_arrays = kept_products(self.kernel.kept, linearized, self.dtype)
+        kept_arrays = kept_products(self.kernel.kept, linearized, scalars, self.dtype)
         arrays.update(kept_arrays)
         self.launch_with(scalars, arrays, params)
         if kept is not None:

@@ -138,19 +138,19 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
-def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=()):
+def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=(),
+                   distinct_key=None):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
     computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
     `shared_children` (a DAG's), children's cotangents go through their edges' rows. `kept`:
-    the internal case's products the forward kept (`KeptProduct`s), read, not recomputed."""
+    the products the forward kept (`KeptProduct`s), read, not recomputed; a leaf's, kept once
+    per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
                                                     shared_children)
-    available = {product.value: (product.array, product.stride, product.row,
-                                 Var("edge" if product.rows is RowsOf.EDGES else "node"),
-                                 product.columns) for product in kept}
+    internal, leaves = _kept_places(kept, (RowsOf.INTERNAL, RowsOf.EDGES))
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
-                              add(Var("begin"), Var("slot")), Var("max_batch_size"), available,
+                              add(Var("begin"), Var("slot")), Var("max_batch_size"), internal,
                               row_block, Var("max_batch_edges"), children_inside=True,
                               shared_segments=True)
     allocations, statements = batch_pass.lower(batch_outputs)
@@ -168,7 +168,7 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
     leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
                                                   Var("slot"), wanted, shared_children)
     leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
-                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), {},
+                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
                              row_block, shared_segments=True)
     leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
@@ -180,7 +180,24 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         body.insert(0, Comment(f"only the effects on {names}, for a jacobian: no other "
                                "gradient"))
     return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
-                            shared_children, tuple(kept))
+                            shared_children, tuple(kept), distinct_key)
+
+
+# Where a backward pass reads a kept product's row: the node's, the edge's, the leaf's, or
+# the leaf's distinct key's.
+KEPT_ROW = {RowsOf.INTERNAL: Var("node"), RowsOf.EDGES: Var("edge"), RowsOf.LEAVES: Var("slot"),
+            RowsOf.DISTINCT_LEAVES: Load("leaf_slot", (Var("slot"),))}
+
+
+def _kept_places(kept, internal_rows):
+    """({value: its place} of the internal case's kept products, the same of the leaf
+    case's), in the form `PassLowering`'s available values take."""
+    places = ({}, {})
+    for product in kept:
+        places[product.rows not in internal_rows][product.value] = (
+            product.array, product.stride, product.row, KEPT_ROW[product.rows],
+            product.columns)
+    return places
 
 
 def _from_parents(cell, count, node_of_slot):
@@ -201,9 +218,11 @@ def _from_parents(cell, count, node_of_slot):
             Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
 
 
-def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept):
+def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, distinct_key):
     components = range(len(cell.state_shapes))
-    structure = STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
+    distinct = any(product.rows is RowsOf.DISTINCT_LEAVES for product in kept)
+    structure = (STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
+                 + (("leaf_slot",) if distinct else ()))
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
@@ -218,4 +237,5 @@ def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept):
     return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,
-                  gradients=gradients, kept=kept)
+                  gradients=gradients, kept=kept,
+                  distinct_key=distinct_key if distinct else None)

@@ -216,6 +216,7 @@ class RowsOf(Enum):
     INTERNAL = "internal nodes"  # row = node, for nodes 0..leaf_begin
     LEAVES = "leaves"  # row = node - leaf_begin
     EDGES = "edges"  # row = edge, the child_idx position of a node's edge to a child
+    DISTINCT_LEAVES = "distinct leaves"  # row = a leaf's `leaf_slot`: its distinct key's index
 
 
 @dataclass(frozen=True)
@@ -238,11 +239,12 @@ class GradientRows:
 
 @dataclass(frozen=True)
 class KeptProduct:
-    """A product of the internal case that a forward kernel keeps for the backward
+    """A product of a case that a forward kernel keeps for the backward
     (`Schedule(remat=False)`): value `value` of the case, in rows `row`, `row` + `stride`, ...
-    of `array`, one per internal node (`rows` INTERNAL, row = node · stride + row) or per
-    edge from one (EDGES, row = edge · stride + row), `width` columns (`columns` > 1: the
-    value is a matrix of that many columns, a packed row each, as its product wrote it)."""
+    of `array`, one per internal node (`rows` INTERNAL, row = node · stride + row), per edge
+    from one (EDGES), per leaf (LEAVES) or per distinct key of the leaves (DISTINCT_LEAVES),
+    `width` columns (`columns` > 1: the value is a matrix of that many columns, a packed row
+    each, as its product wrote it)."""
 
     value: int
     array: str

@@ -417,11 +417,12 @@ class PassLowering:
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
                  edge_capacity=None, distinct=None, first_node=None, children_inside=False,
-                 shared_segments=False, keep=False):
+                 shared_segments=False, keep=None):
         self.cell = cell
         # The products' rows written where the backward reads them (`Schedule(remat=False)`):
-        # a row per internal node (or per edge from one) of arrays the kernel returns, each
-        # value's a `KeptProduct` in `kept`, not scratch rows a slot of the pass.
+        # `keep`, what a row of the arrays the kernel returns stands for (`RowsOf`: an
+        # internal node, a leaf, a distinct key; an edge for a product per child), each
+        # value's a `KeptProduct` in `kept`, not scratch rows a slot of the pass. None: scratch.
         self.keep = keep
         self.kept = []
         # Values per child packed inside each element loop, a loop over the edges within it,
@@ -654,20 +655,23 @@ class PassLowering:
         into `allocations`; or, keeping them (`keep`), rows of every internal node or edge
         of the forest, in an array the kernel returns."""
         stride = sum(columns for _, columns in values)
-        if not self.keep:
+        if self.keep is None:
             capacity = self.edge_capacity if per_child else self.capacity
             allocations.append(Alloc(y, (mul(capacity, stride), Const(width))))
             slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
                     else Var(self.product_slot))
             return y, None, slot
         kept = f"{self.prefix}kept{suffix}_{label(weight)}"
+        rows = RowsOf.EDGES if per_child else self.keep
         row = 0
         for value, columns in values:
-            self.kept.append(KeptProduct(value, kept, RowsOf.EDGES if per_child
-                                         else RowsOf.INTERNAL, stride, row, columns, width))
+            self.kept.append(KeptProduct(value, kept, rows, stride, row, columns, width))
             row += columns
-        first = Var("edge_base") if per_child else self.first_node
-        return kept, mul(first, stride), Var("edge" if per_child else "node")
+        first, slot = {RowsOf.INTERNAL: (self.first_node, Var("node")),
+                       RowsOf.EDGES: (Var("edge_base"), Var("edge")),
+                       RowsOf.LEAVES: (Const(0), Var("slot")),
+                       RowsOf.DISTINCT_LEAVES: (Const(0), Var("distinct"))}[rows]
+        return kept, None if first == Const(0) else mul(first, stride), slot
 
     def field_rows(self, uses):
         """(field, first node) when a weight's only product here multiplies a vector field of
@@ -828,15 +832,20 @@ def lower(cell, schedule):
              for projection in projections]
     key = distinct_key(leaf) if schedule.specialize else None
     scalars, structure = SCALARS, STRUCTURE
+    kept = []
     if schedule.specialize:
-        body += _hoisted_leaves(cell, leaf, key, projections, schedule.row_block)
+        statements, kept = _hoisted_leaves(cell, leaf, key, projections, schedule.row_block,
+                                           keep)
+        body += statements
         if key:
             scalars += ("num_distinct_leaves",)
             structure += ("leaf_distinct", "leaf_slot")
-    available, kept = {}, []
+    available = {}
     if schedule.hoist:
-        statements, available, kept = _hoisted_products(cell, internal, schedule.row_block, keep)
+        statements, available, hoisted_kept = _hoisted_products(cell, internal,
+                                                                schedule.row_block, keep)
         body += statements
+        kept += hoisted_kept
     if schedule.specialize or available:
         body.append(Barrier("the batches read the hoisted values"))
     statements, batch_scalars, batch_structure, batch_kept = _batches(cell, schedule, available,
@@ -846,21 +855,23 @@ def lower(cell, schedule):
                    key, tuple(kept + batch_kept))
 
 
-def _hoisted_leaves(cell, leaf, key, projections, row_block):
-    """Every leaf at once, before the batches; its products once per distinct value of `key`
-    where there is one."""
+def _hoisted_leaves(cell, leaf, key, projections, row_block, keep=False):
+    """(statements, `KeptProduct`s): every leaf at once, before the batches; its products
+    once per distinct value of `key` where there is one (kept for the backward, with
+    `keep`)."""
     distinct = key and (Var("num_distinct_leaves"),
                         add(Var("leaf_begin"), Load("leaf_distinct", (Var("distinct"),))),
                         Load("leaf_slot", (Var("slot"),)))
     leaf_pass = PassLowering(cell, leaf, "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")),
                              distinct[0] if distinct else Var("num_leaves"), {}, row_block,
-                             distinct=distinct)
+                             distinct=distinct, keep=(None if not keep else RowsOf.DISTINCT_LEAVES
+                                                      if distinct else RowsOf.LEAVES))
     allocations, statements = leaf_pass.lower_states(projections, Var("leaf_begin"),
                                                      Var("num_leaves"))
     return ([Comment("hoisted: every leaf at once" + (
         f"; the products once per distinct `{key}`" if key else ""))]
-        + allocations + statements)
+        + allocations + statements), leaf_pass.kept
 
 
 def _hoisted_products(cell, internal, row_block, keep=False):
@@ -870,7 +881,7 @@ def _hoisted_products(cell, internal, row_block, keep=False):
     recurrent = depends_on_children(internal.ops)
     hoist_pass = PassLowering(cell, internal, "hoisted_", Var("leaf_begin"),
                               Var("slot"), Var("leaf_begin"), {}, row_block,
-                              first_node=Const(0), keep=keep)
+                              first_node=Const(0), keep=RowsOf.INTERNAL if keep else None)
     hoisted = [v for v in range(len(internal.ops))
                if hoist_pass.is_packed(v) and not recurrent[v]]
     if not hoisted:
@@ -897,7 +908,7 @@ def _batches(cell, schedule, available, projections, keep=False):
         batch_pass = PassLowering(cell, internal, "batch_", Var("count"),
                                   add(Var("begin"), Var("slot")), Var("max_batch_size"),
                                   available, schedule.row_block, Var("max_batch_edges"),
-                                  keep=keep)
+                                  keep=RowsOf.INTERNAL if keep else None)
         allocations, statements = batch_pass.lower_states(
             projections, Var("begin"), Var("count"), last_batch_skips=True)
         kept = batch_pass.kept

@@ -360,8 +360,9 @@ def backward_memory(forest, initial):
     kernel = pullback.compiled.kernel
     rows = row_counts(pullback.linearized)
     itemsize = np.dtype(kernel.dtype).itemsize
-    effect_rows = sum(rows[output.rows] * output.size * itemsize
-                      for output in kernel.gradients)
+    arrays = {output.name: rows[output.rows] * output.size * itemsize
+              for output in kernel.gradients}  # a bias reads its weight's vector: one array
+    effect_rows = sum(arrays.values())
     products = sum(array.nbytes for array in pullback.kept.values())
     return {"forward states bytes": states, "dense gradients bytes": gradients,
             "cotangents bytes": states, "per-node rows bytes": effect_rows,

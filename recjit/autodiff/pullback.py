@@ -82,7 +82,7 @@ class Pullback:
         for output in kernel.gradients:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
-                sink.param(output.attrs[0], values, nodes)
+                sink.param(output.attrs[0], values.T if output.columns else values, nodes)
             elif output.effect == "grad_param_outer":
                 products.setdefault(output.pair, [output.attrs[0], nodes, None, None])[
                     2 + output.side] = values

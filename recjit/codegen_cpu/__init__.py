@@ -135,10 +135,12 @@ class CpuBackward(GeneratedKernel):
         scalars, arrays = forest_arguments(self.kernel, linearized)
         arrays.update(kept or {})
         rows = row_counts(linearized)
-        gradients = {output.name: np.empty((output.size, rows[output.rows]) if output.pair
-                                           else (rows[output.rows], output.size),
-                                           dtype=self.dtype)
-                     for output in self.kernel.gradients}
+        gradients = {}
+        for output in self.kernel.gradients:  # a bias's and its weight's vector share one
+            if output.name not in gradients:
+                gradients[output.name] = np.empty(
+                    (output.size, rows[output.rows]) if output.columns
+                    else (rows[output.rows], output.size), dtype=self.dtype)
         arrays.update(gradients)
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.STATE), states))
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.COTANGENT), cotangents))

@@ -102,33 +102,51 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False):
     """(the pass's outputs, the `GradientRows` they fill): each effect of adjoint `case`
     where it goes, of those `wanted` ((effect, parameter or field) pairs; None: all), and
     every child's cotangent (with `shared_children`, a DAG's, in its edge's row); `rows`,
-    `row`: what a node's row of a gradient array is, and its index."""
+    `row`: what a node's row of a gradient array is, and its index. A parameter's gradient
+    whose value is a weight gradient's first vector (a bias beside its weight: `U h + b`)
+    reads that vector's columns instead of a row of its own."""
     outputs, gradients = [], []
-    for index, op in enumerate(case.ops):
-        if op.kind in EFFECT_NAMES and wanted is not None \
-                and (op.kind, op.attrs[0]) not in wanted:
-            continue
+    effects = [(index, op) for index, op in enumerate(case.ops)
+               if op.kind == "grad_child" or op.kind in EFFECT_NAMES
+               and (wanted is None or (op.kind, op.attrs[0]) in wanted)]
+    first_vectors = {(op.args[0], op.per_child): _effect_array(prefix, index, op) + "_a"
+                     for index, op in effects if op.kind == "grad_param_outer"}
+    for index, op in effects:
         if op.kind == "grad_child":
-            child, component = op.attrs
-            if shared_children:
-                target = (EachChild(edge_cotangent_name(component), True) if child == EACH
-                          else EdgeCotangent(edge_cotangent_name(component), child))
-            else:
-                target = (EachChild(cotangent_name(component), False) if child == EACH
-                          else ChildCotangent(cotangent_name(component), child))
-            outputs.append((op.args[0], target))
-        elif op.kind in EFFECT_NAMES:
-            name = f"{prefix}{EFFECT_NAMES[op.kind]}_{label(op.attrs[0])}_{index}"
-            pair = name if len(op.args) > 1 else None  # a weight's: its product reads columns
-            for side, value in enumerate(op.args):
-                array = name + ("_a", "_b")[side] if pair else name
-                target = (EachChild(array, True, bool(pair)) if op.per_child
-                          else GradientRow(array, row, bool(pair)))
-                outputs.append((value, target))
-                gradients.append(GradientRows(array, op.kind, op.attrs,
-                                              RowsOf.EDGES if op.per_child else rows,
-                                              case.ops[value].size, side, pair))
+            outputs.append((op.args[0], _child_target(op, shared_children)))
+            continue
+        effect_rows = RowsOf.EDGES if op.per_child else rows
+        shared = first_vectors.get((op.args[0], op.per_child))
+        if op.kind == "grad_param" and shared is not None:
+            gradients.append(GradientRows(shared, op.kind, op.attrs, effect_rows,
+                                          case.ops[op.args[0]].size, columns=True))
+            continue
+        name = _effect_array(prefix, index, op)
+        pair = name if len(op.args) > 1 else None  # a weight's: its product reads columns
+        for side, value in enumerate(op.args):
+            array = name + ("_a", "_b")[side] if pair else name
+            target = (EachChild(array, True, bool(pair)) if op.per_child
+                      else GradientRow(array, row, bool(pair)))
+            outputs.append((value, target))
+            gradients.append(GradientRows(array, op.kind, op.attrs, effect_rows,
+                                          case.ops[value].size, side, pair, bool(pair)))
     return outputs, gradients
+
+
+def _effect_array(prefix, index, op):
+    """The name of the array that effect `op`, op `index` of its case, fills."""
+    return f"{prefix}{EFFECT_NAMES[op.kind]}_{label(op.attrs[0])}_{index}"
+
+
+def _child_target(op, shared_children):
+    """Where a `grad_child` effect adds its value: the child's cotangent row, or (a DAG's)
+    the edge's row."""
+    child, component = op.attrs
+    if shared_children:
+        return (EachChild(edge_cotangent_name(component), True) if child == EACH
+                else EdgeCotangent(edge_cotangent_name(component), child))
+    return (EachChild(cotangent_name(component), False) if child == EACH
+            else ChildCotangent(cotangent_name(component), child))
 
 
 def row_counts(linearized):
@@ -233,7 +251,8 @@ def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, dis
                      for c in components if shared_children)
              + tuple(Argument(name, ArgumentRole.KEPT)
                      for name in dict.fromkeys(product.array for product in kept))
-             + tuple(Argument(rows.name, ArgumentRole.GRADIENT) for rows in gradients))
+             + tuple(Argument(name, ArgumentRole.GRADIENT)
+                     for name in dict.fromkeys(rows.name for rows in gradients)))
     return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,

@@ -225,8 +225,9 @@ class GradientRows:
     reduce: an effect of an adjoint case (`autodiff.adjoint`): `effect` is its kind,
     `attrs` its attributes (the parameter, the table and field, the field), and `side`, for
     a weight gradient's `grad_param_outer`, which of its two vectors this is (0: a, 1: b of
-    Σ a ⊗ b; the pair shares `pair`, and holds a row's vector in a column: shape (size, rows)
-    where the others' is (rows, size))."""
+    Σ a ⊗ b; the pair shares `pair`). `columns`: the array holds a row's vector in a column,
+    shape (size, rows) where the others' is (rows, size): a weight gradient's vectors, and a
+    bias's gradient that reads its weight's first vector (its `name`, filled once)."""
 
     name: str
     effect: str
@@ -235,6 +236,7 @@ class GradientRows:
     size: int
     side: int = 0
     pair: str = None
+    columns: bool = False
 
 
 @dataclass(frozen=True)

@@ -509,9 +509,9 @@ def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
     refactored = rj.Schedule(refactor=True)
     text = tree_lstm.explain(forest, p, backend="cuda", schedule=refactored, file=io.StringIO())
-    assert ("the blocks split the hidden units, each computing the rows of p_U_f, p_U_iou, "
-            "p_W_iou that its own elementwise ops read: 1 of a batch's 2 barriers "
-            "synchronizes a block only") in text
+    assert "the blocks split the hidden units of p_U_f, p_U_iou, p_W_iou" in text
+    ilir = text[text.index("for b in"):text.index("schedule: ")]
+    assert ilir.count("── block barrier (each block its own units)") == 1
     batch_loop = (tree_lstm.kernel_source("cuda").split("for b in range")[1]
                   .split("grid.sync()  # barrier: the roots read")[0])
     assert batch_loop.count("grid.sync()") == 1
@@ -527,7 +527,10 @@ def test_an_unrefactored_tree_lstm_batch_has_one_grid_barrier_as_a_refactored_on
     unrefactored = rj.Schedule(refactor=False)
     text = tree_lstm.explain(forest, p, backend="cuda", schedule=unrefactored,
                              file=io.StringIO())
-    assert "each block packs the inputs of batch_x_U_f, batch_x_U_iou, leaf_x_W_iou" in text
+    packed = [line for line in text.splitlines()
+              if "(each block packs its inputs into its tile itself)" in line]
+    assert {line.split(" · ")[1].split("[")[0] for line in packed} == {
+        "batch_x_U_f", "batch_x_U_iou", "leaf_x_W_iou"}
     batch_loop = (tree_lstm.kernel_source("cuda").split("for b in range")[1]
                   .split("# no barrier: the grid met after the last writes, so the roots read")[0])
     assert batch_loop.count("grid.sync()") == 1
@@ -542,7 +545,8 @@ def test_tree_grus_product_of_packed_inputs_needs_a_block_barrier_only():
     p = tree_gru_params(HIDDEN, VOCAB, "float64", 2)
     refactored = rj.Schedule(refactor=True)
     text = tree_gru.explain(forest, p, backend="cuda", schedule=refactored, file=io.StringIO())
-    assert "2 of a batch's 4 barriers synchronize a block only" in text
+    ilir = text[text.index("for b in"):text.index("schedule: ")]
+    assert ilir.count("── block barrier (each block its own units)") == 2
     assert ("cuda.syncthreads()  # barrier: the elementwise ops read the products"
             in tree_gru.kernel_source("cuda").split("for b in range")[1])
     check(tree_gru, forest, p, refactored)
@@ -553,7 +557,7 @@ def test_without_split_units_every_barrier_is_the_grids_and_still_right():
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
     schedule = rj.Schedule(split_units=False)
     text = tree_lstm.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
-    assert "split the hidden units" not in text
+    assert "split the hidden units" not in text and "block barrier" not in text
     source = tree_lstm.kernel_source("cuda")
     assert "cuda.syncthreads()  # barrier" not in source and "matmul_units(" not in source
     check(tree_lstm, forest, p, schedule)
@@ -563,7 +567,7 @@ def test_mv_rnn_reads_its_matrix_products_across_units_and_keeps_grid_barriers()
     forest = rj.Forest.from_nested([((1, 2), 3)])
     p = mv_rnn_params(HIDDEN, VOCAB, "float64")
     text = mv_rnn.explain(forest, p, backend="cuda", file=io.StringIO())
-    assert "split the hidden units" not in text
+    assert "split the hidden units" not in text and "block barrier" not in text
     assert "cuda.syncthreads()  # barrier" not in mv_rnn.kernel_source("cuda")
     check(mv_rnn, forest, p)
 

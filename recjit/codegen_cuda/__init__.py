@@ -98,7 +98,8 @@ class CudaKernel:
         self.configure(None)
 
     def describe(self):
-        """What `explain()` says of the launch."""
+        """What `explain()` says of the launch, beside the planned ILIR that shows each
+        statement's part of the plan (`planned`)."""
         if not self.fusion:
             fallback = (f" (the fused schedule falls back to it: {self.fallback})"
                         if self.fallback else "")
@@ -120,21 +121,9 @@ class CudaKernel:
             text += (f"; the products of {', '.join(sorted(plan.row_groups))} are split in "
                      "groups of four rows, each group's nodes over the blocks that share it, "
                      "the rows read through L2")
-        if plan.packs.products:
-            text += ("; each block packs the inputs of "
-                     f"{', '.join(sorted(plan.packs.arrays))} into its tile itself, a block "
-                     "barrier before the product, not the grid's")
-        if plan.split.arrays:
-            local, barriers = plan.split.batch_barriers()
-            text += ("; the blocks split the hidden units, each computing the rows of "
-                     f"{', '.join(sorted(plan.split.weights))} that its own elementwise ops "
-                     f"read: {local} of a batch's {_count(barriers, 'barrier')} "
-                     f"{'synchronizes' if local == 1 else 'synchronize'} a block only")
-        if plan.ranges.products:
-            text += ("; a batch's nodes are split in ranges of nodes too, r of them, the most "
-                     f"with r² · {plan.ranges.balance} ≤ blocks · nodes, each range's units "
-                     "over the blocks the grid has for it (at r > 1 the products read the "
-                     "weights through L2)")
+        if plan.split.arrays:  # which barriers are a block's, the planned ILIR above shows
+            text += (f"; the blocks split the hidden units of "
+                     f"{', '.join(sorted(plan.split.weights))}")
         if plan.persistent:
             kept = ", ".join(f"{w} ({r} rows each)" for w, (r, _) in plan.persistent.items())
             return text + f"; kept in shared memory for the whole launch: {kept}"

@@ -102,19 +102,6 @@ class UnitSplit:
         return (isinstance(body[last], Barrier) and self.grid_meets(body, last)
                 and self.grid_met_before(*holder))
 
-    def synchronizes_a_block(self, body, index):
-        """Whether `body[index]`, a barrier, synchronizes a block only: by the split units'
-        rule, or as the barrier of a block's own packs."""
-        return body.place(index) in self.block_only or self.block_barrier(body, index)
-
-    def batch_barriers(self):
-        """(block barriers, barriers) in a batch: in the kernel's batch loop."""
-        body = self.kernel_body
-        positions = [position for index, loop in enumerate(body)
-                     if isinstance(loop, Loop) and not loop.parallel
-                     for position in barrier_positions(body.inner(index))]
-        return sum(self.synchronizes_a_block(*position) for position in positions), len(positions)
-
     def _products_before(self, body, index):
         """The products between `body[index]` and the barrier before it in `body` (or the
         kernel's start); None where anything else but names and comments runs there."""

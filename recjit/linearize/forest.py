@@ -501,12 +501,17 @@ def _ptb_labels(labels):
     """`label_id(label, line_number)`: a PTB label as the number it is (`labels` None), or as
     its id in the vocabulary `labels`."""
     if labels is None:
+        numbers = {}  # each label text met, as its number: a treebank has a handful
+
         def label_id(label, line_number):
-            if not _PTB_LABEL.fullmatch(label) or abs(int(label)) > MAX_NODES:
-                raise InputError(f"PTB line {line_number}: expected a label after '(', an "
-                                 f"int64, got {label!r} (string labels are read with "
-                                 "labels={})")
-            return int(label)
+            number = numbers.get(label)
+            if number is None:
+                if not _PTB_LABEL.fullmatch(label) or abs(int(label)) > MAX_NODES:
+                    raise InputError(f"PTB line {line_number}: expected a label after '(', "
+                                     f"an int64, got {label!r} (string labels are read with "
+                                     "labels={})")
+                number = numbers[label] = int(label)
+            return number
         return label_id
     named = _id_in(labels)
 
@@ -610,7 +615,9 @@ class _Builder:
                     continue
                 label, _, word = label_and_word.strip().partition(" ")
                 node = self.new_node(label=label_id(label, line_number))
-                parent = next((n for n in reversed(self.open_nodes) if n is not None), None)
+                # the innermost open node; None only for a treebank's outer bracket, which
+                # is the bottom of the stack
+                parent = self.open_nodes[-1] if self.open_nodes else None
                 if parent is not None:
                     self.children[parent].append(node)
                 else:

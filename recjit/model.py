@@ -18,7 +18,8 @@ from .errors import InputError, RecJitError, ScheduleError, UnsupportedError
 from .explanation import Explanation
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
-from .lowering import barriers_per_batch, choose_schedule, lower, lower_backward, print_kernel
+from .lowering import (barriers_per_batch, check_schedule, choose_schedule, lower, lower_backward,
+                       print_kernel, refactor_variants)
 from .lowering.arguments import weight_shapes
 from .lowering.traffic import batch_traffic
 from .ops import filling
@@ -309,9 +310,13 @@ class RecursiveModel:
                 entry = self._compiled.get(key)
                 if entry is None or not entry.cell.outside.holds():
                     cell = self._cell_for(analysis, forest, p, key)
-                    barriers = backend_barriers(backend, schedule, key[2])
-                    chosen, trade = choose_schedule(cell, schedule, backend, self.kind,
-                                                    self.arity, barriers)
+                    schedule = check_schedule(schedule, self.kind)
+                    barriers = None
+                    if schedule.refactor is None:  # lower both ways, the backend counts
+                        barriers = backend_barriers(backend, refactor_variants(cell, schedule),
+                                                    schedule, key[2])
+                    chosen, trade = choose_schedule(cell, schedule, backend, self.arity,
+                                                    barriers)
 
                     def compile_schedule(chosen):
                         self.kernels_compiled += 1
@@ -777,15 +782,17 @@ def backend_kernel(backend, kernel, fast_math, schedule, parameters):
     return CudaKernel(kernel, fast_math, schedule, _weight_shapes(parameters))
 
 
-def backend_barriers(backend, schedule, parameters):
-    """How many barriers an internal batch of a lowered kernel crosses as the backend runs
-    it, for the refactoring choice: on the CPU, every one the lowering placed (None); on the
-    GPU, those at which the whole grid meets (`codegen_cuda.grid_barriers`)."""
+def backend_barriers(backend, variants, schedule, parameters):
+    """{refactor: how many barriers an internal batch of that lowered variant crosses as the
+    backend runs it}, for the refactoring choice: on the CPU, every one the lowering placed
+    (None: the chooser counts them); on the GPU, those at which the whole grid meets in the
+    planned kernel (`codegen_cuda.grid_barriers`)."""
     if backend == "cpu":
         return None
     from .codegen_cuda import grid_barriers
     weight_shapes = _weight_shapes(parameters)
-    return lambda kernel: grid_barriers(kernel, schedule, weight_shapes)
+    return {refactored: grid_barriers(kernel, schedule, weight_shapes)
+            for refactored, kernel in variants.items()}
 
 
 def _missing(p, name, source=None):

@@ -19,18 +19,33 @@ MULTIPLY_ADDS_PER_US = 0.37e6
 MARGIN = 3
 
 
-def choose_schedule(cell, schedule, backend, kind, arity, barriers=None):
-    """(`schedule` with every field decided, what refactoring trades where the compiler
-    chose: a `RefactorTrade`, else None). What the user set stands, the rest is chosen;
-    `refactor` stays None where each forest decides (`RefactorTrade.pays_for`). `barriers`:
-    the barriers an internal batch of a lowered kernel crosses as the backend runs it
-    (`refactor_trade`)."""
+def check_schedule(schedule, kind):
+    """`schedule`, refused where it does not fit a model of this kind."""
     if schedule.unroll > 1 and kind == "dag":
         raise ScheduleError(f"Schedule.unroll={schedule.unroll} applies to trees and sequences: "
                             "a DAG node reached from two parents would be computed twice")
+    return schedule
+
+
+def refactor_variants(cell, schedule):
+    """{refactor: the kernel lowered with it} for a schedule that leaves `refactor` to the
+    compiler: what the backend counts the barriers of (`choose_schedule`'s `barriers`)."""
+    return {refactored: lower(cell, schedule.but(refactor=refactored))
+            for refactored in (False, True)}
+
+
+def choose_schedule(cell, schedule, backend, arity, barriers=None):
+    """(`schedule` with every field decided, what refactoring trades where the compiler
+    chose: a `RefactorTrade`, else None). What the user set stands, the rest is chosen;
+    `refactor` stays None where each forest decides (`RefactorTrade.pays_for`). `barriers`:
+    {refactor: the barriers an internal batch of its variant (`refactor_variants`) crosses
+    as the backend runs it}, counted by the backend; None: those the lowering placed."""
     if schedule.refactor is not None:
         return schedule, None
-    trade = refactor_trade(cell, schedule, barriers)
+    if barriers is None:
+        barriers = {refactored: barriers_per_batch(kernel)
+                    for refactored, kernel in refactor_variants(cell, schedule).items()}
+    trade = refactor_trade(cell, barriers[False] - barriers[True])
     return schedule.but(refactor=_refactoring_pays(cell, trade, backend, arity)), trade
 
 
@@ -72,17 +87,13 @@ class RefactorTrade:
         return extra_us <= MARGIN * BATCH_SAVES_US * self.barriers_saved * internal_batches
 
 
-def refactor_trade(cell, schedule, barriers=None):
-    """The RefactorTrade of `cell` under `schedule` (whatever its `refactor`). `barriers`:
-    the barriers an internal batch of a lowered kernel crosses as the backend runs it, those
-    the lowering placed by default; on the GPU, only those at which the grid meets count
-    (`codegen_cuda.grid_barriers_per_batch`): split units and block packs make others a
-    block's."""
-    barriers = barriers or barriers_per_batch
+def refactor_trade(cell, barriers_saved):
+    """The RefactorTrade of `cell`, refactoring saving an internal batch `barriers_saved`
+    barriers as the backend runs it (on the GPU, only those at which the grid meets count:
+    split units and block packs make others a block's)."""
     refactoring = refactor(cell)
     return RefactorTrade(
-        barriers(lower(cell, schedule.but(refactor=False)))
-        - barriers(lower(cell, schedule.but(refactor=True))),
+        barriers_saved,
         sum(projection.rows * projection.width for projection in refactoring.projections),
         sum(rows * columns for rows, columns, per_child in refactoring.replaced
             if not per_child),

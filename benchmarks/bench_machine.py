@@ -17,6 +17,7 @@ Writes benchmarks/results/machine-<machine>.json and .md. A benchmark, never a t
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -109,6 +110,13 @@ def python(code, environment=None):
                             env={**os.environ, **(environment or {})})
 
 
+# What runs beside a latency loop as "the project's pytest -n 2": tests that keep both
+# workers computing (hypothesis examples, kernels from the cache) for longer than the loop.
+PYTEST_LOAD = ["-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider",
+               "tests/test_fuzz_forests.py", "tests/test_zoo.py", "tests/test_gradients.py",
+               "tests/test_schedule.py"]
+
+
 def latency(module, model, trees, seconds):
     code = LATENCY.format(examples=EXAMPLES, module=module, model=model, trees=trees,
                           seconds=seconds)
@@ -116,10 +124,34 @@ def latency(module, model, trees, seconds):
     pair = [python(code), python(code)]
     beside = json.loads(pair[0].communicate()[0])
     pair[1].communicate()
-    return {"alone median ms": alone["median"], "alone p95 ms": alone["p95"],
+    rows = {"alone median ms": alone["median"], "alone p95 ms": alone["p95"],
             "after a 10 ms pause median ms": alone["after a pause"],
             "beside another process median ms": beside["median"],
             "beside another process p95 ms": beside["p95"]}
+    for threads in (None, 1):
+        loaded = beside_pytest(code, threads)
+        label = "" if threads is None else ", 1 thread"
+        rows[f"beside pytest -n 2{label} median ms"] = loaded["median"]
+        rows[f"beside pytest -n 2{label} p95 ms"] = loaded["p95"]
+    return rows
+
+
+def beside_pytest(code, threads=None):
+    """The latency loop while the project's tests run on both cores (`PYTEST_LOAD`), the
+    kernels on `threads` threads (None: every core)."""
+    load = subprocess.Popen([sys.executable, *PYTEST_LOAD], cwd=os.path.join(HERE, ".."),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # its workers too, killed as a group
+    try:
+        time.sleep(6)  # the workers start and import
+        if threads is not None:
+            code = code.replace("model.run(forest, p)\ndef times",
+                                f"rj.set_num_threads({threads})\nmodel.run(forest, p)\n"
+                                "def times", 1)
+        return json.loads(python(code).communicate()[0])
+    finally:
+        os.killpg(load.pid, signal.SIGKILL)
+        load.wait()
 
 
 def compiling(processes):
@@ -149,7 +181,8 @@ def corpus_throughput():
 
 
 def markdown(results):
-    lines = [f"# recjit on a shared machine: {results['machine']}", ""]
+    lines = [f"# recjit on a shared machine: {results['machine']}", "",
+             "Beside pytest -n 2: " + " ".join(PYTEST_LOAD[5:]) + ", started 6 s before.", ""]
     for name, row in results["latency"].items():
         lines += [f"## {name}", ""] + [f"- {key}: {value:.2f}" for key, value in row.items()]
         lines.append("")

@@ -1,5 +1,5 @@
-"""The threads recjit's CPU kernels run on: a count the user sets, and GNU OpenMP's spinning
-at a barrier shortened unless the user chose it."""
+"""The threads recjit's CPU kernels run on: a count the user sets, one where that has been
+faster lately, and GNU OpenMP's spinning at a barrier shortened unless the user chose it."""
 import os
 import subprocess
 import sys
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import recjit as rj
+from recjit.codegen_cpu.launch import ThreadChoice
 from tree_rnn import make_params, tree_rnn
 
 
@@ -22,6 +23,35 @@ def test_a_run_on_one_thread_gives_the_same_states():
         np.testing.assert_array_equal(tree_rnn.run(forest, p).nodes[0], expected)
     finally:
         rj.set_num_threads(before)
+
+
+def choices(choice, size, most, seconds_on, calls):
+    """The thread counts `choice` picks for `calls` calls, each taking `seconds_on[count]`."""
+    picked = []
+    for _ in range(calls):
+        threads = choice.threads(size, most)
+        choice.took(size, threads, seconds_on[threads])
+        picked.append(threads)
+    return picked
+
+
+def test_a_thread_choice_tries_both_counts_then_keeps_the_faster_probing_the_other():
+    picked = choices(ThreadChoice(), 100, 2, {2: 1.0, 1: 2.0}, 66)
+    assert picked[:2] == [2, 1]
+    assert picked.count(1) == 1 + 2 and picked[ThreadChoice.PROBE - 1] == 1  # the probes
+
+
+def test_a_thread_choice_moves_to_one_thread_when_all_become_slow():
+    choice = ThreadChoice()
+    choices(choice, 100, 2, {2: 1.0, 1: 2.0}, 10)
+    assert choices(choice, 100, 2, {2: 5.0, 1: 2.0}, 10)[-5:] == [1] * 5
+
+
+def test_a_thread_choice_keeps_each_size_class_apart_and_one_thread_when_allowed_one():
+    choice = ThreadChoice()
+    choices(choice, 10, 2, {2: 5.0, 1: 1.0}, 10)
+    assert choices(choice, 1000, 2, {2: 1.0, 1: 5.0}, 5)[2:] == [2, 2, 2]
+    assert choices(choice, 10, 1, {1: 1.0}, 3) == [1, 1, 1]
 
 
 @pytest.mark.parametrize("count", [0, 10 ** 6, 1.5, True])
@@ -47,6 +77,7 @@ import concurrent.futures, multiprocessing, sys
 sys.path.insert(0, 'examples')
 import numpy as np
 import recjit as rj
+from recjit.codegen_cpu.launch import ThreadChoice
 from tree_rnn import make_params, tree_rnn
 
 forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=20)

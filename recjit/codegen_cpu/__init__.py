@@ -53,7 +53,7 @@ class GeneratedKernel:
         arrays.update((name, np.ascontiguousarray(getattr(params, attribute), dtype=self.dtype))
                       for name, attribute in self.parameters)
         self.launch(*[scalars[name] for name in self.kernel.scalars],
-                    *[arrays[name] for name in self.kernel.arrays])
+                    *[arrays[name] for name in self.kernel.arrays], size=scalars["num_nodes"])
 
 
 def kept_products(kept, linearized, scalars, dtype):
@@ -154,5 +154,6 @@ class CpuBackward(GeneratedKernel):
     def weight_gradient(self, a_columns, b_columns):
         """Σ a ⊗ b over the columns (a node's each) of a `GradientRows` pair: one product."""
         product = np.empty((a_columns.shape[0], b_columns.shape[0]), dtype=self.dtype)
-        _weight_gradient(b_columns, a_columns, product, self.row_block)
+        _weight_gradient(b_columns, a_columns, product, self.row_block,
+                         size=product.size * a_columns.shape[1])
         return product

@@ -5,9 +5,16 @@ Numba runs a parallel function on GNU OpenMP's threads here, and in a process fo
 whose threads have started, numba kills the process at its next parallel call ("fork() called
 from a process already using GNU OpenMP"): `multiprocessing`'s default on Linux, and every
 DataLoader worker. There, a `Launcher` calls the same function compiled without `parallel`,
-on the one thread the child has (docs/threads.md)."""
+on the one thread the child has (docs/threads.md).
+
+A `Launcher` also chooses, per size of input, between all the threads it may use and one: on
+a machine where other processes hold the cores (a test suite, another training run), a
+parallel call waits at every barrier for a thread that is off its core, and one thread is
+faster (`ThreadChoice`)."""
+import math
 import os
 import threading
+import time
 
 import numba
 
@@ -34,20 +41,57 @@ def forked_after_threads_started():
             and numba.threading_layer() == "omp")
 
 
+class ThreadChoice:
+    """Between all the threads a call may use and one, the faster for inputs of one size
+    class (a power of two of `size`), by the mean time of recent calls on each (an
+    exponential average): every `PROBE`-th call tries the other count, so that the choice
+    follows the machine as its load comes and goes. Results do not depend on the count."""
+
+    PROBE = 32
+    WEIGHT = 0.25  # of the newest time in the average
+
+    def __init__(self):
+        self.seconds = {}  # (size class, threads) -> mean seconds a call
+        self.calls = {}  # size class -> calls so far
+
+    def threads(self, size, most):
+        """The thread count for the next call of this size, at most `most`."""
+        if most == 1:
+            return 1
+        kind = self.size_class(size)
+        calls = self.calls[kind] = self.calls.get(kind, 0) + 1
+        many, one = (self.seconds.get((kind, count)) for count in (most, 1))
+        if many is None or one is None:  # try each once first
+            return most if many is None else 1
+        faster, slower = (most, 1) if many <= one else (1, most)
+        return slower if calls % self.PROBE == 0 else faster
+
+    def took(self, size, threads, seconds):
+        key = (self.size_class(size), threads)
+        mean = self.seconds.get(key)
+        self.seconds[key] = seconds if mean is None else mean + self.WEIGHT * (seconds - mean)
+
+    @staticmethod
+    def size_class(size):
+        return 0 if size is None else int(math.log2(size + 1))
+
+
 class Launcher:
-    """`launch(*arguments)` calls `function(workers, *arguments)`, a numba parallel function
-    whose first argument is the thread count, with numba's count; in a process forked after
-    the threads started, its serial twin with one worker. Its first call, which compiles the
-    function or loads it from numba's disk cache, holds the machine-wide lock `name`
-    (`generated.compiling`)."""
+    """`launch(*arguments, size=None)` calls `function(workers, *arguments)`, a numba
+    parallel function whose first argument is the thread count: numba's count (what
+    `rj.set_num_threads` set), or one where that has been faster lately for inputs of this
+    `size` (`ThreadChoice`); in a process forked after the threads started, its serial twin
+    with one worker. Its first call, which compiles the function or loads it from numba's
+    disk cache, holds the machine-wide lock `name` (`generated.compiling`)."""
 
     def __init__(self, function, name):
         self.function = function
         self.name = name
         self.serial = None
         self.called = False
+        self.choice = ThreadChoice()
 
-    def __call__(self, *arguments):
+    def __call__(self, *arguments, size=None):
         global _threads_started_in
         if forked_after_threads_started():
             if self.serial is None:
@@ -58,7 +102,7 @@ class Launcher:
             return self.serial(1, *arguments)
         with _running:
             if self.called:
-                result = self.function(numba.get_num_threads(), *arguments)
+                result = self._timed(arguments, size)
             else:
                 with compiling(self.name):
                     result = self.function(numba.get_num_threads(), *arguments)
@@ -66,3 +110,17 @@ class Launcher:
         if _threads_started_in is None:
             _threads_started_in = os.getpid()
         return result
+
+    def _timed(self, arguments, size):
+        """A call on the threads `choice` picks, timed for it."""
+        most = numba.get_num_threads()
+        threads = self.choice.threads(size, most)
+        if threads != most:
+            numba.set_num_threads(threads)
+        started = time.perf_counter()
+        try:
+            return self.function(threads, *arguments)
+        finally:
+            self.choice.took(size, threads, time.perf_counter() - started)
+            if threads != most:
+                numba.set_num_threads(most)

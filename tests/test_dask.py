@@ -2,8 +2,6 @@
 `distributed` cluster: the same root states as one process, each kernel compiled once a
 worker."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -111,12 +109,3 @@ def test_an_output_the_model_does_not_return_is_refused_before_anything_runs():
     forests = [rj.Forest.random_binary(2, seed=0, vocab_size=5)]
     with pytest.raises(rj.RecJitError, match="output=1: tree_rnn returns 1 state"):
         rjd.roots(tree_rnn, forests, make_params(8, 5, "float64"), output=1)
-
-
-def test_import_recjit_needs_no_dask_and_rj_dask_says_how_to_get_it():
-    code = ("import sys; sys.modules['dask'] = None\n"
-            "import recjit as rj\n"
-            "try:\n    rj.dask\nexcept ImportError as error:\n    print(error)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert "recjit.dask needs Dask: pip install 'recjit[dask]'" in result.stdout

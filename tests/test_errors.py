@@ -457,3 +457,16 @@ def test_a_recjit_errors_traceback_ends_at_the_users_call(setting, frames):
     assert "parameter 'U_f' is missing" in result.stderr
     shown = result.stderr.count('  File "')
     assert shown == frames if setting is None else shown >= frames
+
+
+@pytest.mark.parametrize("extra, needs", [("torch", "PyTorch"), ("dask", "Dask")])
+def test_import_recjit_needs_no_extra_and_the_extra_says_how_to_get_it(extra, needs):
+    """`rj.torch` and `rj.dask` are imported when first used, and say what to install."""
+    import subprocess
+    import sys
+    code = (f"import sys; sys.modules[{extra!r}] = None\n"
+            "import recjit as rj\n"
+            f"try:\n    rj.{extra}\nexcept ImportError as error:\n    print(error)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True)
+    assert f"recjit.{extra} needs {needs}: pip install 'recjit[{extra}]'" in result.stdout

@@ -1,9 +1,6 @@
 """recjit as a PyTorch layer (`recjit.torch`): its states are the run's, and autograd's
 gradients through it are the pullback's, for parameters, gathered tables (sparse or dense),
 fields computed upstream and context arguments."""
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -111,15 +108,6 @@ def test_a_backend_other_than_the_cpu_is_refused_naming_it():
     with pytest.raises(rj.RecJitError, match="backend='cuda'"):
         rj.torch.apply(child_sum_tree_lstm, forest, dict(layer.named_parameters()),
                        backend="cuda")
-
-
-def test_import_recjit_needs_no_torch_and_rj_torch_says_how_to_get_it():
-    code = ("import sys; sys.modules['torch'] = None\n"
-            "import recjit as rj\n"
-            "try:\n    rj.torch\nexcept ImportError as error:\n    print(error)\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            check=True)
-    assert "recjit.torch needs PyTorch: pip install 'recjit[torch]'" in result.stdout
 
 
 @pytest.mark.parametrize("name", ["tree_lstm", "child_sum_tree_lstm", "tree_gru"])

@@ -606,8 +606,7 @@ class PassLowering:
             y, y_row, y_slot = self.product_rows(
                 y, suffix, weight, [(product, columns) for (product, _), (columns,)
                                     in zip(uses, widths)], rows, per_child, allocations)
-            slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
-                    else Var(self.product_slot))
+            slot = self.scratch_slot(per_child)
             row = 0
             for (product, operand), (columns,) in zip(uses, widths):
                 def pack(emitter, position, element, operand=operand, row=row, x=x,
@@ -658,9 +657,7 @@ class PassLowering:
         if self.keep is None:
             capacity = self.edge_capacity if per_child else self.capacity
             allocations.append(Alloc(y, (mul(capacity, stride), Const(width))))
-            slot = (BinOp("-", Var("edge"), Var("edge_base")) if per_child
-                    else Var(self.product_slot))
-            return y, None, slot
+            return y, None, self.scratch_slot(per_child)
         kept = f"{self.prefix}kept{suffix}_{label(weight)}"
         rows = RowsOf.EDGES if per_child else self.keep
         row = 0
@@ -672,6 +669,12 @@ class PassLowering:
                        RowsOf.LEAVES: (Const(0), Var("slot")),
                        RowsOf.DISTINCT_LEAVES: (Const(0), Var("distinct"))}[rows]
         return kept, None if first == Const(0) else mul(first, stride), slot
+
+    def scratch_slot(self, per_child):
+        """A product row's slot in the pass's scratch: the edge's, counted from the pass's
+        first edge, or the slot's (or distinct key's)."""
+        return (BinOp("-", Var("edge"), Var("edge_base")) if per_child
+                else Var(self.product_slot))
 
     def field_rows(self, uses):
         """(field, first node) when a weight's only product here multiplies a vector field of

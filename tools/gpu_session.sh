@@ -67,7 +67,8 @@ stage() {
     shift 2
     echo "=== $name (limit ${limit}s)"
     local start=$SECONDS
-    timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+    # SIGINT first: pytest stopped by it still prints the failures' tracebacks.
+    timeout -s INT -k 20 "$limit" "$@" >"$OUT/$name.log" 2>&1
     local status=$?
     echo "=== $name: exit $status after $((SECONDS - start))s"
     tail -n 25 "$OUT/$name.log"
@@ -91,10 +92,11 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
       \"driver\", cuda.cudadrv.driver.get_version(), \"runtime\", cuda.runtime.get_version())"' ;;
         cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
-            tests/test_cuda.py tests/test_cuda_runtime.py tests/test_context.py tests/test_schedule.py ;;
+            tests/test_cuda.py tests/test_cuda_runtime.py tests/test_context.py tests/test_schedule.py \
+            tests/test_ieee_semantics.py tests/test_prepare.py ;;
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
-        profile) stage profile 150 python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;
+        profile) stage profile ${PROFILE_LIMIT:-150} python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;
         products) stage products 150 bash -c 'set -e
             for threads in 256 512; do python3 tools/gpu_products.py --threads $threads; done
             for threads in 256 512; do

@@ -4,11 +4,12 @@ numba's simulator runs the generated kernels as Python, so it cannot catch what 
 CUDA compiler sees (typing, float64 creeping into float32 kernels). This script runs the zoo
 under the simulator, records every launched kernel with its argument types, then compiles each
 with numba-cuda and NVVM for sm_90 in a second process, and counts float64 instructions in the
-float32 kernels (there should be none). Where the CUDA toolkit's `ptxas` is at hand
-($CUDA_HOME/bin, the nvcc wheel's), each fused kernel is assembled too, at the registers its
-launch bound leaves a thread (`recjit.schedule.MAX_THREADS`), and its registers and the bytes
-it spills are printed: the kernels sit at that bound, and a change that makes one spill inside
-its products' loops costs time on a GPU that the simulator never shows.
+float32 kernels and the hardware's approximate tanh in any kernel (there should be none). Where
+the CUDA toolkit's `ptxas` is at hand ($CUDA_HOME/bin, the nvcc wheel's), each fused kernel is
+assembled too, at the registers its launch bound leaves a thread
+(`recjit.schedule.MAX_THREADS`), and its registers and the bytes it spills are printed: the
+kernels sit at that bound, and a change that makes one spill inside its products' loops costs
+time on a GPU that the simulator never shows.
 
     make ptx-check       # sets up .venv-ptx (numba-cuda, NVVM from pip wheels) and runs this
     PTX_MODELS=tree_fc,tree_lstm make ptx-check     # those models' kernels only (the whole
@@ -117,10 +118,12 @@ def compile_all(path):
             continue
         float32 = all("float64" not in s for s in signature)
         doubles = len(re.findall(r"^\s*\w+(\.\w+)*\.f64\b", ptx, re.MULTILINE)) if float32 else 0
-        failures += doubles > 0
+        approximate = ptx.count("tanh.approx")  # 2^-11 relative: the kernels define their own
+        failures += doubles > 0 or approximate > 0
         print(f"ok   {name} ({'float32' if float32 else 'float64'}"
               f"{'; ' + schedule if schedule else ''}): {len(ptx)} bytes of PTX"
               + (f", {doubles} float64 instructions" if doubles else "")
+              + (f", {approximate} tanh.approx instructions" if approximate else "")
               + (registers(ptx) if name.endswith("_kernel") else ""))
     print(f"{failures} failures")
     return failures

@@ -20,33 +20,10 @@ from ..lowering.ilir import (
     substitute,
     walk,
 )
+from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.pysource import PythonExpressions
 
-FAST_MATH = '''
-# tanh as Eigen's rational approximation (13/6): branch-free, so it vectorizes; max abs and
-# rel error 4e-7 in float32 (docs/fast_math.md). Clamped where tanh rounds to ±1.
-@njit(inline="always", fastmath=True)
-def tanh(x):
-    x = min(max(x, real(-7.90531110763549805)), real(7.90531110763549805))
-    x2 = x * x
-    p = real(-2.76076847742355e-16)
-    p = p * x2 + real(2.00018790482477e-13)
-    p = p * x2 + real(-8.60467152213735e-11)
-    p = p * x2 + real(5.12229709037114e-08)
-    p = p * x2 + real(1.48572235717979e-05)
-    p = p * x2 + real(6.37261928875436e-04)
-    p = p * x2 + real(4.89352455891786e-03)
-    q = real(1.19825839466702e-06)
-    q = q * x2 + real(1.18534705686654e-04)
-    q = q * x2 + real(2.26843463243900e-03)
-    q = q * x2 + real(4.89352518554385e-03)
-    return x * p / q
-
-
-@njit(inline="always", fastmath=True)
-def sigmoid(x):
-    return real(0.5) + real(0.5) * tanh(real(0.5) * x)
-'''
+FAST_MATH = fast_tanh_and_sigmoid('@njit(inline="always", fastmath=True)')
 
 EXACT_MATH = '''
 @njit(inline="always")

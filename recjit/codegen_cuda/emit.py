@@ -23,29 +23,41 @@ from dataclasses import dataclass
 
 from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
                              Load, Loop, MatMul, StatementVisitor, Store, Var)
+from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.pysource import PythonExpressions
 from .packs import PACKED_ROW, TILE, TILE_COLUMN
 from .units import NO_SPLIT, element_extent
 
-# maximum and minimum as NumPy's: a NaN on either side is the result, and at a tie the first
-# operand is (Python's max and min, and numba's, drop a NaN in the second).
-MATH = '''
-@cuda.jit(device=True, inline=True)
+DEVICE_FUNCTION = "@cuda.jit(device=True, inline=True)"
+
+# The exact activations, numba-cuda's libdevice functions (in a fast-math kernel, `fastmath`
+# would make `math.tanh` the hardware's tanh.approx.f32: fast-math kernels define their own,
+# `activations.fast_tanh_and_sigmoid`).
+EXACT_MATH = f'''
+{DEVICE_FUNCTION}
+def tanh(x):
+    return math.tanh(x)
+
+
+{DEVICE_FUNCTION}
 def sigmoid(x):
     return real(1.0) / (real(1.0) + math.exp(-x))
+'''
 
-
-@cuda.jit(device=True, inline=True)
+# maximum and minimum as NumPy's: a NaN on either side is the result, and at a tie the first
+# operand is (Python's max and min, and numba's, drop a NaN in the second).
+ORDERING = f'''
+{DEVICE_FUNCTION}
 def maximum(a, b):
     return a if a >= b or a != a else b
 
 
-@cuda.jit(device=True, inline=True)
+{DEVICE_FUNCTION}
 def minimum(a, b):
     return a if a <= b or a != a else b
 '''
 
-CALLS = {"tanh": "math.tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
+CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
          "log": "math.log({})", "relu": "maximum({}, real(0.0))", "neg": "-{}",
          "abs": "abs({})", "sqrt": "math.sqrt({})", "maximum": "maximum({}, {})",
          "minimum": "minimum({}, {})", "num_children": "real({} - {})"}
@@ -444,7 +456,7 @@ def weight_labels(kernel):
     return {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}
 
 
-def _module_header(kernel, header, runtime_names):
+def _module_header(kernel, header, runtime_names, fast_math):
     """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
     if has_items_per_block(kernel.body):
         runtime_names = ["block_matmul", *runtime_names]
@@ -453,7 +465,8 @@ def _module_header(kernel, header, runtime_names):
     if scratch_arrays(kernel):
         imports.insert(0, "from recjit.codegen_cuda.buffers import bucket")
     return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",
-            "", *imports, "", f"real = np.{kernel.dtype}", MATH, ""]
+            "", *imports, "", f"real = np.{kernel.dtype}",
+            fast_tanh_and_sigmoid(DEVICE_FUNCTION) if fast_math else EXACT_MATH, ORDERING, ""]
 
 
 def _jit(fast_math, launch_bound):
@@ -506,7 +519,7 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
     emitter.statements(kernel.body, 1)
     body += emitter.lines
     called = [name for name in RUNTIME_CALLS if name in emitter.runtime | loads]
-    return "\n".join(_module_header(kernel, header, called) + [
+    return "\n".join(_module_header(kernel, header, called, fast_math) + [
         _jit(fast_math, launch_bound), f"def {kernel.name}({', '.join(arguments)}):"]
         + body + ["", ""] + emit_scratch_shapes(kernel, scratch)) + "\n"
 
@@ -578,7 +591,7 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
                  + tuple(f"host_{name}" for name in host.arrays))
-    lines = _module_header(kernel, header, ["matmul_kernel"])
+    lines = _module_header(kernel, header, ["matmul_kernel"], fast_math)
     for kernel_lines in host.kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host.lines + ["", ""]

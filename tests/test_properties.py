@@ -334,3 +334,36 @@ def test_a_cell_defined_in_a_notebook_cell_is_read_from_the_line_cache():
     p = rj.Params(E=np.arange(6.0).reshape(3, 2))
     result = model.run(forest, p)
     np.testing.assert_allclose(result.roots[0], model.reference(forest, p).roots[0], rtol=1e-6)
+
+
+@rj.recursive_model(arity=2)
+def raises_where_no_node_goes(node, p):
+    if node.num_children > 2:
+        raise ValueError("a binary tree")
+    if node.is_leaf:
+        return p.E[node.word]
+    return raises_where_no_node_goes(node.left, p) + raises_where_no_node_goes(node.right, p)
+
+
+@rj.recursive_model(arity=2)
+def asserts_at_every_leaf(node, p):
+    if node.is_leaf:
+        assert node.word >= 0  # <- error
+        return p.E[node.word]
+    return asserts_at_every_leaf(node.left, p) + asserts_at_every_leaf(node.right, p)
+
+
+def test_a_statement_outside_the_cell_language_compiles_in_a_branch_no_node_takes():
+    """As in the plain recursion, which never runs it: the proof passes over it, and no
+    structural case builds it."""
+    forest = rj.Forest.from_nested([(0, (1, 2))])
+    p = rj.Params(E=np.arange(15.0).reshape(5, 3))
+    np.testing.assert_array_equal(raises_where_no_node_goes.run(forest, p).roots[0],
+                                  raises_where_no_node_goes.reference(forest, p).roots[0])
+
+
+def test_a_statement_outside_the_cell_language_is_refused_at_its_line_where_a_node_takes_it():
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.UnsupportedError, match="`Assert` statements") as info:
+        asserts_at_every_leaf.run(forest, rj.Params(E=np.ones((5, 3))))
+    assert info.value.lineno == marked_line(asserts_at_every_leaf)

@@ -6,7 +6,6 @@ every loop over the children resolves statically, and only tensor operations rem
 from the actual parameters and fields, so a shape error names the user's line."""
 import ast
 import builtins
-import inspect
 import sys
 from collections import Counter
 
@@ -17,14 +16,8 @@ from ..errors import InputError, ShapeError, UnsupportedError
 from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
-from .source import read_source
-from .syntax import (
-    MAX_INLINE_DEPTH,
-    bind_helper_call,
-    cell_arguments,
-    is_none_test,
-    positional_arguments,
-)
+from .interpret import CellInterpreter
+from .syntax import is_none_test, positional_arguments
 
 MAX_UNROLLED = 4096  # the most steps of a loop the frontend unrolls
 BINARY_OPERATORS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div"}
@@ -234,62 +227,58 @@ class CaseBuilder:
         return "leaf" if self.num_children == 0 else f"{self.num_children}-child"
 
 
-class Interpreter:
-    def __init__(self, builder, source, depth):
-        self.builder = builder
-        self.source = source
-        self.depth = depth
-        self.owned = set()  # names whose array the plain recursion made for them alone
+class Interpreter(CellInterpreter):
+    """The cell's statements run over cell IR values (`Tensor`s, views, numbers), one
+    structural case at a time: each `if` takes the branch the case decides, each loop over
+    the children runs once per child, or once at a symbolic child where their number varies."""
 
-    def unsupported(self, message, node):
-        return UnsupportedError(message, **self.source.where(node))
+    def __init__(self, builder, source, depth):
+        super().__init__(builder.model, source, depth)
+        self.builder = builder
+        self.owned = set()  # names whose array the plain recursion made for them alone
 
     def shape_error(self, message, node):
         return ShapeError(message, **self.source.where(node))
 
     # statements ------------------------------------------------------------------------
-    def run_body(self, body, env):
-        for statement in body:
-            self.statement(statement, env)
+    def returned(self, value):
+        raise _Return(value)
 
     def statement(self, node, env):
         self.owned -= self.escaping_in(node, env)
-        if isinstance(node, ast.Assign):
-            value = self.expr(node.value, env)
-            for target in node.targets:
-                self.bind(target, value, env)
-            self.note_owners(node.targets, node.value, env)
-        elif isinstance(node, ast.AugAssign):
-            current = self.expr(node.target, env)
-            self.refuse_shared_update(node, current)
-            value = self.binary(node.op, current, self.expr(node.value, env), node)
-            self.bind(node.target, value, env)
-            self.owned.add(node.target.id)
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            self.bind(node.target, self.expr(node.value, env), env)
-            self.note_owners([node.target], node.value, env)
-        elif isinstance(node, ast.Return):
-            raise _Return(self.expr(node.value, env) if node.value is not None else None)
-        elif isinstance(node, ast.If):
-            branch = node.body if self.concrete_bool(node.test, env) else node.orelse
-            self.run_body(branch, env)
-        elif isinstance(node, ast.For):
-            iterable = self.expr(node.iter, env)
-            each = self.each_child(iterable)
-            if each is not None:
-                self.child_loop(node, each, env)
-                return
-            for element in self.sequence(iterable, node.iter):
-                self.bind(node.target, element, env)
-                self.owned -= _names(node.target)
-                self.run_body(node.body, env)
-            self.run_body(node.orelse, env)
-        elif isinstance(node, ast.Expr):
-            if not isinstance(node.value, ast.Constant):
-                self.expr(node.value, env)
-        elif not isinstance(node, ast.Pass):
-            raise self.unsupported(f"`{type(node).__name__}` statements are not part of the "
-                                   "cell language", node)
+        return super().statement(node, env)
+
+    def stmt_Assign(self, node, env):
+        super().stmt_Assign(node, env)
+        self.note_owners(node.targets, node.value, env)
+
+    def stmt_AnnAssign(self, node, env):
+        if node.value is None:
+            self.other_statement(node, env)
+        super().stmt_AnnAssign(node, env)
+        self.note_owners([node.target], node.value, env)
+
+    def stmt_AugAssign(self, node, env):
+        current = self.expr(node.target, env)
+        self.refuse_shared_update(node, current)
+        value = self.binary(node.op, current, self.expr(node.value, env), node)
+        self.bind(node.target, value, env)
+        self.owned.add(node.target.id)
+
+    def stmt_If(self, node, env):
+        self.run_body(node.body if self.concrete_bool(node.test, env) else node.orelse, env)
+
+    def stmt_For(self, node, env):
+        iterable = self.expr(node.iter, env)
+        each = self.each_child(iterable)
+        if each is not None:
+            self.child_loop(node, each, env)
+            return
+        for element in self.sequence(iterable, node.iter):
+            self.bind(node.target, element, env)
+            self.owned -= _names(node.target)
+            self.run_body(node.body, env)
+        self.run_body(node.orelse, env)
 
     # `x += y` updates x's array in place in the plain recursion, and the kernel computes a
     # new value: the two agree only where no other name, child state, parameter, field,
@@ -395,19 +384,17 @@ class Interpreter:
                 f"or be shared with another name, a list, a view or a helper's arguments; write "
                 f"`{name} = {name} {symbol} ...`", node)
 
-    def bind(self, target, value, env):
-        if isinstance(target, ast.Name):
-            env[target.id] = value
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            if isinstance(value, ChildrenView):  # `left, right = node.children`
-                value = self.sequence(value, target)
-            if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
-                raise self.unsupported(f"cannot unpack {_describe(value)} into "
-                                       f"{len(target.elts)} names", target)
-            for element, item in zip(target.elts, value):
-                self.bind(element, item, env)
-        else:
+    def unpacked(self, value, target):
+        """The values a tuple of names takes: as many as it has names (`left, right =
+        node.children` with a fixed arity)."""
+        if any(isinstance(element, ast.Starred) for element in target.elts):
             raise self.unsupported("only names and tuples of names can be assigned", target)
+        if isinstance(value, ChildrenView):
+            value = self.sequence(value, target)
+        if not isinstance(value, (tuple, list)) or len(value) != len(target.elts):
+            raise self.unsupported(f"cannot unpack {_describe(value)} into "
+                                   f"{len(target.elts)} names", target)
+        return value
 
     def concrete_bool(self, test, env):
         value = self.expr(test, env)
@@ -502,13 +489,6 @@ class Interpreter:
         raise self.unsupported(f"cannot loop over {_describe(value)}", node)
 
     # expressions -----------------------------------------------------------------------
-    def expr(self, node, env):
-        method = getattr(self, "expr_" + type(node).__name__, None)
-        if method is None:
-            raise self.unsupported(f"`{type(node).__name__}` expressions are not part of the "
-                                   "cell language", node)
-        return method(node, env)
-
     def expr_Constant(self, node, env):
         if isinstance(node.value, (bool, int, float)) or node.value is None:
             return node.value
@@ -819,21 +799,16 @@ class Interpreter:
             if all(self.concrete_bool(test, env) for test in generator.ifs):
                 self.comprehend(node, generators[1:], env, results)
 
-    def expr_Call(self, node, env):
+    def callee(self, node, env):
         function = ops.as_cell_function(self.expr(node.func, env))
-        model = self.builder.model
-        recursive = function is model or function is getattr(model, "function", None)
-        self.refuse_call(function, recursive, node)
+        self.refuse_call(function, self.is_recursion(function), node)
+        return function
+
+    def call_arguments(self, node, env):
         if any(isinstance(a, ast.Starred) for a in node.args):
             raise self.unsupported("`*args` in a call is not part of the cell language", node)
-        arguments = [self.expr(a, env) for a in node.args]
-        keywords = {k.arg: self.expr(k.value, env) for k in node.keywords}
-        if recursive:
-            return self.recursive_call(cell_arguments(self.builder.model, arguments, keywords,
-                                                      node, self.source), node)
-        if is_user_helper(function):
-            return self.inline(function, arguments, keywords, node)
-        return self.cell_function_call(function, arguments, keywords, node)
+        return ([self.expr(a, env) for a in node.args],
+                {k.arg: self.expr(k.value, env) for k in node.keywords})
 
     def refuse_call(self, function, recursive, node):
         """Refuse, naming the line, a call of what the cell language does not call."""
@@ -862,7 +837,7 @@ class Interpreter:
                                    "concatenate, dot or matmul, or a helper function)",
                                    node)
 
-    def cell_function_call(self, function, arguments, keywords, node):
+    def library_call(self, function, arguments, keywords, node, env):
         """A call of one of the cell language's functions (`_CELL_FUNCTIONS`)."""
         line = self.source.lineno(node)
         if function in ops.UNARY and len(arguments) == 1 and not keywords:
@@ -1010,14 +985,7 @@ class Interpreter:
                                      node, self.source.lineno(node))
         return total
 
-    def inline(self, function, arguments, keywords, node):
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise self.unsupported("helper functions nest too deeply (recursive helper?)", node)
-        source = read_source(function)
-        if inspect.ismethod(function):  # `obj.method(h)`: its first argument is obj
-            arguments = [self.method_object(function), *arguments]
-        env = bind_helper_call(function, source, arguments, keywords,
-                               self.defaults(function, node), self.source.where(node))
+    def helper_call(self, source, env):
         return self.builder.call(source, env, self.depth + 1)
 
     def method_object(self, method):

@@ -7,16 +7,13 @@ argument is computed in the node breaks P.2, or P.3 when it comes from another c
 import ast
 import builtins
 import functools
-import inspect
 from dataclasses import dataclass, field, replace
 
 from .. import ops
 from ..errors import RecursionPropertyError, UnsupportedError
-from .names import (UNRESOLVED, OutsideName, dotted, is_user_helper, read_outside,
-                    resolve)
-from .source import read_source
-from .syntax import (MAX_INLINE_DEPTH, bind_helper_call, cell_arguments, is_none_test,
-                     positional_arguments)
+from .names import OutsideName, dotted, read_outside, resolve
+from .interpret import CellInterpreter
+from .syntax import is_none_test, positional_arguments
 
 STRUCTURE = "structure"
 PARAMETER = "parameter"
@@ -63,82 +60,77 @@ class Usage:
     outside: dict = field(default_factory=dict)
 
 
-class PropertyChecker:
+class PropertyChecker(CellInterpreter):
+    """The cell's statements run over what values depend on (`Abstract`): both branches of
+    every `if`, every loop body until its dependences stop growing, every helper inlined."""
+
     def __init__(self, model, source, usage, depth=0):
-        self.model = model
-        self.source = source
+        super().__init__(model, source, depth)
         self.usage = usage
-        self.depth = depth
 
     def error(self, prop, message, node):
         return RecursionPropertyError(prop, message, **self.source.where(node))
 
     # statements ------------------------------------------------------------------------
-    def run_body(self, body, env):
-        """Returns the join of what the body's `return` statements return."""
+    def join(self, first, second):
+        return first.join(second)
+
+    def returned(self, value):
+        return NOTHING if value is None else value
+
+    def other_statement(self, node, env):
+        """Refused, if ever run, when the cell IR is built: a branch that no structural case
+        takes may hold it."""
+
+    def assign_other(self, target, value, env):
+        """As `other_statement`."""
+
+    def stmt_AugAssign(self, node, env):
+        value = self.expr(node.value, env).join(self.expr(node.target, env))
+        self.bind(node.target, Abstract(value.deps | self.computed_if_data(value)), env)
+
+    def stmt_If(self, node, env):
+        self.condition(node.test, env)
+        then_env, else_env = dict(env), dict(env)
+        returned = [self.run_body(node.body, then_env), self.run_body(node.orelse, else_env)]
+        self.merge(env, then_env, else_env)
+        returned = [r for r in returned if r is not None]
+        return returned[0].join(returned[-1]) if returned else None
+
+    def stmt_While(self, node, env):
+        self.condition(node.test, env)
+        return self.loop(node, None, env)
+
+    def stmt_For(self, node, env):
+        return self.loop(node, self.iterated(node.iter, env), env)
+
+    def loop(self, node, element, env):
+        """A loop's body, run until loop-carried dependences reach a fixed point (two
+        rounds); `element`: what a `for` loop's target takes."""
         returned = None
-        for statement in body:
-            result = self.statement(statement, env)
+        for _ in range(2):
+            body_env = dict(env)
+            if element is not None:
+                self.bind(node.target, element, body_env)
+            result = self.run_body(node.body + node.orelse, body_env)
             if result is not None:
                 returned = result if returned is None else returned.join(result)
+            self.merge(env, env, body_env)
         return returned
-
-    def statement(self, node, env):
-        if isinstance(node, ast.Assign):
-            value = self.expr(node.value, env)
-            for target in node.targets:
-                self.bind(target, value, env)
-        elif isinstance(node, ast.AugAssign):
-            value = self.expr(node.value, env).join(self.expr(node.target, env))
-            self.bind(node.target, Abstract(value.deps | self.computed_if_data(value)), env)
-        elif isinstance(node, ast.AnnAssign) and node.value is not None:
-            self.bind(node.target, self.expr(node.value, env), env)
-        elif isinstance(node, ast.Return):
-            return self.expr(node.value, env) if node.value is not None else NOTHING
-        elif isinstance(node, ast.If):
-            self.condition(node.test, env)
-            then_env, else_env = dict(env), dict(env)
-            returned = [self.run_body(node.body, then_env), self.run_body(node.orelse, else_env)]
-            self.merge(env, then_env, else_env)
-            returned = [r for r in returned if r is not None]
-            return returned[0].join(returned[-1]) if returned else None
-        elif isinstance(node, (ast.For, ast.While)):
-            if isinstance(node, ast.While):
-                self.condition(node.test, env)
-            else:
-                element = self.iterated(node.iter, env)
-            returned = None
-            for _ in range(2):  # loop-carried dependences reach a fixed point in two rounds
-                body_env = dict(env)
-                if isinstance(node, ast.For):
-                    self.bind(node.target, element, body_env)
-                result = self.run_body(node.body + node.orelse, body_env)
-                if result is not None:
-                    returned = result if returned is None else returned.join(result)
-                self.merge(env, env, body_env)
-            return returned
-        elif isinstance(node, ast.Expr):
-            self.expr(node.value, env)
-        return None
 
     def merge(self, env, first, second):
         for name in set(first) | set(second):
             a, b = first.get(name), second.get(name)
             env[name] = a.join(b) if a is not None and b is not None else (a or b)
 
-    def bind(self, target, value, env):
-        if isinstance(target, ast.Name):
-            env[target.id] = value
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            if len(value.parts) == len(target.elts) and not any(
-                    isinstance(element, ast.Starred) for element in target.elts):
-                for element, part in zip(target.elts, value.parts):  # `c, g = child, gate`
-                    self.bind(element, part, env)
-                return
-            role = "child" if value.role in ("child", "children") else ""  # `l, r = node.children`
-            for element in target.elts:
-                self.bind(element.value if isinstance(element, ast.Starred) else element,
-                          Abstract(value.deps, role), env)
+    def unpacked(self, value, target):
+        """What each of `target`'s names takes: the parts of a tuple of as many values
+        (`c, g = child, gate`), else the whole's dependences (`l, r = node.children`)."""
+        if len(value.parts) == len(target.elts) and not any(
+                isinstance(element, ast.Starred) for element in target.elts):
+            return value.parts
+        role = "child" if value.role in ("child", "children") else ""
+        return [Abstract(value.deps, role)] * len(target.elts)
 
     def condition(self, test, env):
         value = self.expr(test, env)
@@ -159,11 +151,7 @@ class PropertyChecker:
         return frozenset({COMPUTED}) if value.data else frozenset()
 
     # expressions -----------------------------------------------------------------------
-    def expr(self, node, env):
-        method = getattr(self, "expr_" + type(node).__name__, None)
-        return method(node, env) if method is not None else self.generic(node, env)
-
-    def generic(self, node, env):
+    def other_expression(self, node, env):
         """What an expression depends on: what its parts do, computed in the node if any
         part is data."""
         value = NOTHING
@@ -228,7 +216,7 @@ class PropertyChecker:
             for operand in [node.left, *node.comparators]:
                 self.expr(operand, env)
             return Abstract(frozenset({STRUCTURE}))
-        return self.generic(node, env)
+        return self.other_expression(node, env)
 
     def expr_IfExp(self, node, env):
         self.condition(node.test, env)
@@ -278,19 +266,16 @@ class PropertyChecker:
 
     expr_List = expr_Tuple
 
-    def expr_Call(self, node, env):
+    def callee(self, node, env):
         self.note_outside(node.func, env)
-        function = resolve(self.source, node.func)
+        return resolve(self.source, node.func)
+
+    def call_arguments(self, node, env):
         arguments = [self.expr(a.value if isinstance(a, ast.Starred) else a, env)
                      for a in node.args]
-        keywords = [self.expr(k.value, env) for k in node.keywords]
-        if self.model is not None and function is not UNRESOLVED and (
-                function is self.model or function is getattr(self.model, "function", None)):
-            named = {k.arg: value for k, value in zip(node.keywords, keywords)}
-            return self.recursive_call(node, cell_arguments(self.model, arguments, named, node,
-                                                            self.source))
-        if is_user_helper(function):
-            return self.inline(function, node, arguments, keywords)
+        return arguments, {k.arg: self.expr(k.value, env) for k in node.keywords}
+
+    def library_call(self, function, arguments, keywords, node, env):
         if function is builtins.len and arguments and arguments[0].role == "sequence":
             return Abstract(frozenset({STRUCTURE}))  # how many values, not what they hold
         if function in (builtins.zip, builtins.enumerate) and all(
@@ -304,9 +289,7 @@ class PropertyChecker:
                 parts=self.zipped_parts(function, arguments, node.args)))
         if isinstance(node.func, ast.Attribute):
             self.expr(node.func.value, env)
-        value = NOTHING
-        for argument in arguments + keywords:
-            value = value.join(argument)
+        value = functools.reduce(Abstract.join, [*arguments, *keywords.values()], NOTHING)
         elementwise = ops.as_cell_function(function)
         if any(elementwise is known for known in (*ops.UNARY, *ops.BINARY)) or value.data:
             return Abstract(value.deps | {COMPUTED})
@@ -322,7 +305,7 @@ class PropertyChecker:
                     if arguments else ())
         return tuple(self.element_of(argument, item) for argument, item in zip(arguments, syntax))
 
-    def recursive_call(self, node, arguments):
+    def recursive_call(self, arguments, node):
         for argument, syntax in zip(arguments, node.args):
             if CALL_RESULT in argument.deps:
                 raise self.error("P.3", "an argument of a recursive call depends on the result "
@@ -338,21 +321,18 @@ class PropertyChecker:
                                    **self.source.where(node))
         return Abstract(frozenset({CALL_RESULT}))
 
-    def inline(self, function, node, arguments, keywords):
-        if self.depth >= MAX_INLINE_DEPTH:
-            raise UnsupportedError("helper functions nest too deeply (recursive helper?)",
-                                   **self.source.where(node))
-        helper_source = read_source(function)
-        helper = PropertyChecker(self.model, helper_source, self.usage, self.depth + 1)
-        if inspect.ismethod(function):  # `obj.method(h)`: obj, read from outside, comes first
-            arguments = [NOTHING, *arguments]
-        defaults = ((NOTHING,) * len(function.__defaults__ or ()),  # a helper's constants
-                    dict.fromkeys(function.__kwdefaults__ or {}, NOTHING))
-        named = {keyword.arg: value for keyword, value in zip(node.keywords, keywords)}
-        env = bind_helper_call(function, helper_source, arguments, named, defaults,
-                               self.source.where(node))
-        returned = helper.run_body(helper_source.tree.body, env)
+    def helper_call(self, source, env):
+        returned = PropertyChecker(self.model, source, self.usage,
+                                   self.depth + 1).run_body(source.tree.body, env)
         return returned if returned is not None else NOTHING
+
+    def method_object(self, method):
+        return NOTHING  # read from outside: it depends on nothing the node computes
+
+    def defaults(self, function, node):
+        """A helper's default arguments: constants."""
+        return ((NOTHING,) * len(function.__defaults__ or ()),
+                dict.fromkeys(function.__kwdefaults__ or {}, NOTHING))
 
 
 def check_properties(model, source):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import recjit as rj
-from train_sst import Classifier, initial_parameters, optimizer
+from train_sst import Classifier, end_process, initial_parameters, optimizer
 
 TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2 h)",
          "(4 (3 (3 a) (4 (2 b) (4 i))) (2 j))"]
@@ -76,6 +76,7 @@ def ddp_worker(rank, port, path):
             torch.save(model.state_dict(), path)
     finally:
         torch.distributed.destroy_process_group()
+    end_process()
 
 
 def test_a_step_of_two_ddp_processes_of_12_trees_is_a_step_of_one_process_of_24(tmp_path):

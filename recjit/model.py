@@ -162,7 +162,7 @@ class RecursiveModel:
         # backward kernel)
         self._adjoints = {}
         self._latest = {}
-        self._latest_backward = None  # the backward kernel of the last `vjp`
+        self._latest_backward = {}  # {backend: the backward kernel of its last `vjp`}
         self._lock = threading.Lock()
         self.kernels_compiled = 0  # forward kernels this process compiled or loaded from disk
 
@@ -454,44 +454,58 @@ class RecursiveModel:
         returns the `Gradients` of the states weighted by those cotangents, with respect to
         every parameter, gathered row, float field and context argument (docs/training.md).
         The forward pass is the compiled kernel's; the backward, the adjoint of the cell IR
-        lowered to a kernel of its own that walks the batches roots first (on the CPU;
-        `kernel_source(grad=True)` prints it), or, for a DAG model, evaluated with NumPy a
-        batch at a time."""
-        if backend != "cpu":
-            raise RecJitError(f"vjp computes gradients on the CPU (backend='cpu'), not "
-                              f"backend={backend!r}")
-        return self._vjp(forest, p, schedule, context)
+        lowered to a kernel of its own that walks the batches roots first (on the CPU, or
+        with `backend="cuda"` one cooperative launch on the GPU; `kernel_source(backend,
+        grad=True)` prints it), or, where its lowering does not take a construct, evaluated
+        with NumPy a batch at a time."""
+        if backend not in BACKENDS:
+            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        return self._vjp(forest, p, schedule, context, backend=backend)
 
-    def _vjp(self, forest, p, schedule, context, wanted=None):
-        """`vjp` on the CPU, its backward kernel computing only the `wanted` effects
-        ((effect, parameter or field) pairs; None: every one)."""
-        backend = "cpu"
+    def _vjp(self, forest, p, schedule, context, wanted=None, backend="cpu"):
+        """`vjp`, its backward kernel computing only the `wanted` effects ((effect, parameter
+        or field) pairs; None: every one)."""
         analysis = self.analyse()
-        p = _on_host(self.with_context(analysis, p, context), analysis.parameters)
+        p = self.with_context(analysis, p, context)
+        host_p = _on_host(p, analysis.parameters)
+        if backend == "cpu":
+            p = host_p
         forest, key, compiled, linearized = self._checked(
-            analysis, forest, p, backend, self._training_schedule(schedule, wanted))
+            analysis, forest, p, backend, self._training_schedule(schedule, wanted, backend))
         cell = compiled.cell
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
-            self._latest_backward = backward
+            self._latest_backward[backend] = backward
         kept = {}
-        if linearized.num_nodes:
+        if not linearized.num_nodes:
+            states, result = [], self._empty_result(cell)
+        elif backend == "cpu":
             states = compiled.backend_kernel(linearized, p,
                                              compiled.backend_kernel.inputs(linearized), kept)
             result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
                                             linearized.roots)
-            linearized, states = self._height_batched(forest, linearized, states)
         else:
-            states, result = [], self._empty_result(cell)
-        return result, Pullback(cell, adjoints, linearized, states, p, analysis.usage.context,
-                                backward, kept)
+            result = compiled.backend_kernel.run(linearized, p, cell.state_shapes,
+                                                 compiled.backend_kernel.inputs(linearized))
+            states = [np.ascontiguousarray(nodes.reshape(linearized.num_nodes, -1)[
+                linearized.old_of_new]) for nodes in result.nodes]
+        if linearized.num_nodes:
+            linearized, states = self._height_batched(forest, linearized, states)
+        return result, Pullback(cell, adjoints, linearized, states, host_p,
+                                analysis.usage.context, backward, kept)
 
-    def _training_schedule(self, schedule, wanted=None):
+    def _training_schedule(self, schedule, wanted=None, backend="cpu"):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
         kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
         them recomputed (refactored, unrolled). A jacobian's (`wanted` effects) recomputes:
-        it copies the forest's states, not its products."""
+        it copies the forest's states, not its products; so does the GPU's backward."""
         schedule = _checked_schedule(schedule, self.schedule)
+        if backend == "cuda":
+            if schedule.remat is False:
+                raise ScheduleError("Schedule(remat=False) keeps the forward's products for "
+                                    "the backward on the CPU only; on the GPU the backward "
+                                    "recomputes them (remat=True)")
+            return schedule.but(remat=True)
         if wanted is not None or schedule.remat is True:
             return schedule
         if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
@@ -516,9 +530,7 @@ class RecursiveModel:
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:
-                fast_math = compiled.schedule.fast_math and cell.dtype == "float32"
-                backward = CpuBackward(kernel, fast_math, compiled.schedule.pack_from_nodes,
-                                       compiled.schedule.row_block)
+                backward = backward_kernel(key, kernel, compiled.schedule, cell.dtype)
             entry = (cell, adjoints, backward)
             self._adjoints[(key, wanted)] = entry
         return entry
@@ -612,17 +624,16 @@ class RecursiveModel:
         return Result(nodes=nodes, roots=nodes)
 
     def _backward_source(self, backend, forest, p, context):
-        if backend != "cpu":
-            raise RecJitError(f"the backward kernel runs on the CPU (backend='cpu'), not "
-                              f"backend={backend!r}")
+        if backend not in BACKENDS:
+            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         if forest is not None and p is not None:
             analysis = self.analyse()
             key, _, compiled, _ = self._compiled_for(
                 analysis, forest, self.with_context(analysis, p, context), backend,
-                self._training_schedule(None))
+                self._training_schedule(None, backend=backend))
             backward = self._backward(key, compiled)[2]
         else:
-            backward = self._latest_backward
+            backward = self._latest_backward.get(backend)
         if backward is None:
             raise RecJitError(f"no backward kernel has been compiled for {self.__name__}: "
                               + ("its backward is interpreted" if forest is not None else
@@ -636,11 +647,11 @@ class RecursiveModel:
         """The cell IR, the linearized forest and the ILIR kernel, as an `Explanation` (a str
         a notebook or the REPL shows once; `print()` it in a script, or pass `file` to write it
         there); with `grad=True`, the adjoint of each case too, and the backward kernel's ILIR,
-        which `vjp`'s pullback runs (on the CPU)."""
+        which `vjp`'s pullback runs on `backend`."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         if grad:  # what vjp runs: the forward that keeps its products, where it does
-            schedule = self._training_schedule(schedule)
+            schedule = self._training_schedule(schedule, backend=backend)
         key, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
                                                               schedule)
         sizes = np.diff(linearized.batch_begin)
@@ -657,20 +668,21 @@ class RecursiveModel:
             _traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
             _outside_line(analysis),
-        ] + ([] if not grad else self._explain_backward(key, compiled)))
+        ] + ([] if not grad else self._explain_backward(key, compiled, backend)))
         if file is not None:
             print(text, file=file)
         return Explanation(text)
 
-    def _explain_backward(self, key, compiled):
-        """`explain(grad=True)`'s lines: each case's adjoint and the backward's ILIR."""
+    def _explain_backward(self, key, compiled, backend):
+        """`explain(grad=True)`'s lines: each case's adjoint and the backward's ILIR, as the
+        backend plans it."""
         _, adjoints, backward = self._backward(key, compiled)
         return (["", ("== adjoint (vjp's backward: each case's ops recomputed from the "
                       "children's states, then these, a batch at a time, roots first) ==")]
                 + [str(adjoint) for adjoint in adjoints.values()]
                 + ([] if backward is None else
-                   ["", "== backward ILIR (cpu) ==", print_kernel(backward.kernel)])
-                + [_remat_line(compiled.kernel.kept), _backward_line(backward)])
+                   ["", f"== backward ILIR ({backend}) ==", print_kernel(backward.planned)])
+                + [_remat_line(compiled.kernel.kept), _backward_line(backward, backend)])
 
     @_user_facing
     def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
@@ -700,12 +712,14 @@ def _remat_line(kept):
             "instead of recomputing them (Schedule(remat=True) recomputes)")
 
 
-def _backward_line(backward):
+def _backward_line(backward, backend):
     if backward is None:
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
                 "(the backward lowering does not take one of the cell's constructs yet)")
-    return ("the backward is one call of the numba parallel kernel above; the host then "
-            "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
+    kernel = ("one call of the numba parallel kernel above" if backend == "cpu"
+              else f"the kernel above on the GPU ({backward.describe()})")
+    return (f"the backward is {kernel}; the host then multiplies each weight's rows "
+            "(Σ a ⊗ b as one product) and sums the others")
 
 
 def _source_functions(cell):
@@ -780,6 +794,17 @@ def backend_kernel(backend, kernel, fast_math, schedule, parameters):
         return CpuKernel(kernel, fast_math, schedule.pack_from_nodes)
     from .codegen_cuda import CudaKernel  # numba.cuda is imported only when asked for
     return CudaKernel(kernel, fast_math, schedule, _weight_shapes(parameters))
+
+
+def backward_kernel(key, kernel, schedule, dtype):
+    """The compiled form of a backward ILIR kernel on the backend of the forward's signature
+    `key`."""
+    backend, _, parameters = key[:3]
+    fast_math = schedule.fast_math and dtype == "float32"
+    if backend == "cpu":
+        return CpuBackward(kernel, fast_math, schedule.pack_from_nodes, schedule.row_block)
+    from .codegen_cuda.backward import CudaBackward
+    return CudaBackward(kernel, fast_math, schedule, _weight_shapes(parameters))
 
 
 def backend_barriers(backend, variants, schedule, parameters):

@@ -124,6 +124,24 @@ def test_dag_rnn_on_several_blocks_equals_reference():
     check(3, dag_rnn, forest, dag_rnn_params(4, dtype="float64", seed=2))
 
 
+@pytest.mark.parametrize("name", ["tree_lstm", "tree_gru", "mv_rnn", "lstm"])
+def test_the_backward_on_several_blocks_that_run_apart_gives_the_cpus_gradients(name):
+    """Each block computes the adjoint's products and elementwise ops of its own units (its
+    rows of the transposed weights kept on chip), and blocks that lag read the cotangents
+    the others sent only after the grid met."""
+    from test_gradients import assert_same_gradients
+    model, make_params, structure = ZOO[name]
+    forest, _ = STRUCTURES[structure]
+    p = make_params(4, VOCAB, "float64", 1)
+    out, cpu = model.vjp(forest, p)
+    roots = tuple(np.random.default_rng(2).normal(size=state.shape) for state in out.roots)
+    with grid_of(3, model, lag=LAG), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(model, "_adjoints", {})
+        _, gpu = model.vjp(forest, p, backend="cuda")
+        assert gpu.compiled.blocks == 3
+        assert_same_gradients(gpu(roots=roots), cpu(roots=roots))
+
+
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
        split_units=st.booleans(), row_groups=st.booleans(), block_packs=st.booleans(),

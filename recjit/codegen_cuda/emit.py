@@ -22,7 +22,7 @@ the end of a launch is the barrier."""
 from dataclasses import dataclass
 
 from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
-                             Load, Loop, MatMul, StatementVisitor, Store, Var)
+                             Load, Loop, MatMul, StatementVisitor, Store, Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.pysource import PythonExpressions
 from .packs import PACKED_ROW, TILE, TILE_COLUMN
@@ -57,10 +57,35 @@ def minimum(a, b):
     return a if a <= b or a != a else b
 '''
 
+# The derivatives' own functions, in a backward kernel: NumPy's sign (a NaN its own), and 1
+# where NumPy's maximum (minimum) returns its first operand, as at a tie and at a NaN there.
+DERIVATIVES = f'''
+{DEVICE_FUNCTION}
+def sign(x):
+    if x > 0:
+        return real(1.0)
+    if x < 0:
+        return real(-1.0)
+    return x  # 0 or NaN, as np.sign
+
+
+{DEVICE_FUNCTION}
+def picks_first(a, b):
+    return real(1.0) if a >= b or a != a else real(0.0)
+
+
+{DEVICE_FUNCTION}
+def picks_first_min(a, b):
+    return real(1.0) if a <= b or a != a else real(0.0)
+'''
+DERIVATIVE_CALLS = ("sign", "picks_first", "picks_first_min")
+
 CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "math.exp({})",
          "log": "math.log({})", "relu": "maximum({}, real(0.0))", "neg": "-{}",
          "abs": "abs({})", "sqrt": "math.sqrt({})", "maximum": "maximum({}, {})",
-         "minimum": "minimum({}, {})", "num_children": "real({} - {})"}
+         "minimum": "minimum({}, {})", "num_children": "real({} - {})",
+         "sign": "sign({})", "picks_first": "picks_first({}, {})",
+         "picks_first_min": "picks_first_min({}, {})"}
 
 expression = PythonExpressions(CALLS)
 
@@ -457,16 +482,19 @@ def weight_labels(kernel):
 
 
 def _module_header(kernel, header, runtime_names, fast_math):
-    """The imports and helpers; `block_matmul` too where the kernel runs items per block."""
+    """The imports and helpers: `block_matmul` too where the kernel runs items per block, the
+    derivatives' functions where a backward kernel calls them."""
     if has_items_per_block(kernel.body):
         runtime_names = ["block_matmul", *runtime_names]
     imports = ([f"from recjit.codegen_cuda.runtime import {', '.join(runtime_names)}"]
                if runtime_names else [])
     if scratch_arrays(kernel):
         imports.insert(0, "from recjit.codegen_cuda.buffers import bucket")
+    derivatives = any(call.function in DERIVATIVE_CALLS for call in nodes(kernel.body, Call))
     return [f'"""{header}"""', "import math", "", "import numpy as np", "from numba import cuda",
             "", *imports, "", f"real = np.{kernel.dtype}",
-            fast_tanh_and_sigmoid(DEVICE_FUNCTION) if fast_math else EXACT_MATH, ORDERING, ""]
+            fast_tanh_and_sigmoid(DEVICE_FUNCTION) if fast_math else EXACT_MATH, ORDERING,
+            *([DERIVATIVES] if derivatives else []), ""]
 
 
 def _jit(fast_math, launch_bound):

@@ -5,9 +5,9 @@
 was given: an `autograd.Function` whose forward is `model.vjp` and whose backward is its
 pullback. `Module(model, **initial)` holds the parameters as `nn.Parameter`s.
 
-CPU tensors go in and come out without a copy (NumPy views of the same memory). The backward
-computes on the CPU, so a CUDA tensor is refused by name; so is a second derivative, which the
-pullback does not have."""
+CPU tensors go in and come out without a copy (NumPy views of the same memory); with
+`backend="cuda"` the forward and the backward compute on the GPU from them. A CUDA tensor is
+refused by name, as is a second derivative, which the pullback does not have."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +35,10 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     upstream, `nn.Embedding` → `node.x`, whose gradient flows back into that layer).
     `context`: the cell's arguments after `p`, tensors or numbers. `sparse`: the names of
     tables the cell only gathers rows from whose gradient is a sparse COO tensor (as
-    `nn.Embedding(sparse=True)` gives), not a dense one."""
-    if backend not in (None, "cpu"):
-        raise RecJitError(f"recjit.torch computes gradients on the CPU (backend='cpu'), not "
+    `nn.Embedding(sparse=True)` gives), not a dense one. `backend`: "cpu" (None) or "cuda",
+    where `model.vjp` computes; the tensors are CPU tensors either way."""
+    if backend not in (None, "cpu", "cuda"):
+        raise RecJitError(f"recjit.torch computes with backend='cpu' or backend='cuda', not "
                           f"backend={backend!r}")
     if not isinstance(forest, Forest):
         raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
@@ -49,9 +50,10 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     tensors = [value for _, _, value in inputs if isinstance(value, torch.Tensor)]
     for kind, name, value in inputs:
         if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            raise RecJitError(f"{kind} {name!r} is on {value.device}; recjit.torch computes "
-                              "on the CPU: move it with .cpu()")
-    layout = _Layout(model, forest, tuple(inputs), tuple(sparse))
+            raise RecJitError(f"{kind} {name!r} is on {value.device}; recjit.torch takes CPU "
+                              "tensors (backend='cuda' computes on the GPU from them): move "
+                              "it with .cpu()")
+    layout = _Layout(model, forest, tuple(inputs), tuple(sparse), backend or "cpu")
     outputs = _RecursiveFunction.apply(layout, *tensors)
     count = len(outputs) // 2
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
@@ -60,13 +62,14 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
 @dataclass(frozen=True)
 class _Layout:
     """What `_RecursiveFunction` needs besides the tensors: the model, the forest, every input
-    as (kind, name, value) in order (a tensor's value is the tensor passed beside it), and the
-    tables whose gradient is sparse."""
+    as (kind, name, value) in order (a tensor's value is the tensor passed beside it), the
+    tables whose gradient is sparse, and the backend that computes."""
 
     model: object
     forest: Forest
     inputs: tuple
     sparse: tuple
+    backend: str
 
     def arguments(self, tensors):
         """(Params, forest with its fields replaced, context) as NumPy views of `tensors`."""
@@ -99,7 +102,8 @@ class _RecursiveFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layout, *tensors):
         params, forest, context = layout.arguments(tensors)
-        result, pullback = layout.model.vjp(forest, params, context=context)
+        result, pullback = layout.model.vjp(forest, params, context=context,
+                                            backend=layout.backend)
         ctx.layout, ctx.pullback = layout, pullback
         ctx.set_materialize_grads(False)
         outputs = tuple(torch.from_numpy(np.ascontiguousarray(state))
@@ -150,18 +154,19 @@ class Module(torch.nn.Module):
     """A recursive model as an `nn.Module`: `Module(model, E=..., W=..., sparse=("E",))` holds
     a copy of each initial array as an `nn.Parameter` (so `state_dict`, `.double()`, optimizers and
     `DistributedDataParallel` see them); `forward(forest, fields=None, context=())` returns
-    what `apply` returns."""
+    what `apply` returns, computed on `backend` ("cpu" or "cuda", given at construction)."""
 
-    def __init__(self, model, sparse=(), **initial):
+    def __init__(self, model, sparse=(), backend=None, **initial):
         super().__init__()
         self.model = model
         self.sparse = tuple(sparse)
+        self.backend = backend
         for name, value in initial.items():
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(np.asarray(value))))
 
     def forward(self, forest, fields=None, context=()):
         return apply(self.model, forest, dict(self.named_parameters()), fields, context,
-                     sparse=self.sparse)
+                     backend=self.backend, sparse=self.sparse)
 
     def extra_repr(self):
         return f"model={self.model.__name__}"

@@ -102,12 +102,30 @@ def test_a_second_derivative_is_refused_clearly():
         gradient.sum().backward()
 
 
-def test_a_backend_other_than_the_cpu_is_refused_naming_it():
+def test_an_unknown_backend_is_refused_naming_it():
     forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
     layer = module()
-    with pytest.raises(rj.RecJitError, match="backend='cuda'"):
+    with pytest.raises(rj.RecJitError, match="not backend='tpu'"):
         rj.torch.apply(child_sum_tree_lstm, forest, dict(layer.named_parameters()),
-                       backend="cuda")
+                       backend="tpu")
+
+
+def test_a_layer_on_the_gpu_gives_the_cpu_layers_states_and_gradients():
+    """`backend="cuda"`: the forward and the backward on the GPU (numba's simulator without
+    one), from and to CPU tensors."""
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 c))", "(0 (1 d) (0 (2 e) (1 f)))"])
+    layers = [rj.torch.Module(child_sum_tree_lstm, backend=backend,
+                              **vars(tree_lstm_params(HIDDEN, VOCAB, "float64", 2)))
+              for backend in ("cpu", "cuda")]
+    weights = torch.from_numpy(np.random.default_rng(3).normal(size=(forest.num_nodes, HIDDEN)))
+    for layer in layers:
+        (layer(forest).nodes[0] * weights).sum().backward()
+    cpu, gpu = (dict(layer.named_parameters()) for layer in layers)
+    for name in cpu:
+        np.testing.assert_allclose(gpu[name].grad.numpy(), cpu[name].grad.numpy(),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+    np.testing.assert_allclose(layers[1](forest).roots[0].detach().numpy(),
+                               layers[0](forest).roots[0].detach().numpy(), rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", ["tree_lstm", "child_sum_tree_lstm", "tree_gru"])

@@ -32,7 +32,8 @@ HIDDEN, VOCAB = 8, 12
 
 def record(path):
     """Under the simulator: run every model, fused and unfused, refactored or not, float32 and
-    float64; and every model unspecialized and unbatched once."""
+    float64; every model unspecialized and unbatched once; and every model's backward, fused
+    and unfused."""
     sys.path[:0] = [os.path.join(ROOT, "examples"), ROOT]
     import numpy as np
 
@@ -89,6 +90,10 @@ def record(path):
                     f"{field.name}={getattr(schedule, field.name)}" for field in fields(schedule)
                     if getattr(schedule, field.name) != field.default)
                 model.run(forest, p, backend="cuda", schedule=schedule)
+            for schedule in (rj.Schedule(), rj.Schedule(fusion=False)):  # the backward's
+                running["schedule"] = f"backward{'' if schedule.fusion else ', fusion=False'}"
+                out, pullback = model.vjp(forest, p, backend="cuda", schedule=schedule)
+                pullback(roots=tuple(np.ones(state.shape, state.dtype) for state in out.roots))
     with open(path, "w") as handle:
         json.dump([[*key, schedule] for key, schedule in kernels.items()], handle)
 
@@ -124,7 +129,7 @@ def compile_all(path):
               f"{'; ' + schedule if schedule else ''}): {len(ptx)} bytes of PTX"
               + (f", {doubles} float64 instructions" if doubles else "")
               + (f", {approximate} tanh.approx instructions" if approximate else "")
-              + (registers(ptx) if name.endswith("_kernel") else ""))
+              + (registers(ptx) if name.endswith(("_kernel", "_backward")) else ""))
     print(f"{failures} failures")
     return failures
 

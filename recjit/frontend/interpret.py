@@ -18,9 +18,8 @@ from .syntax import MAX_INLINE_DEPTH, bind_helper_call, cell_arguments
 
 class CellInterpreter:
     """Runs a cell's (or an inlined helper's) statements over `env`, {name: value} in the
-    domain's values. `model`: the recursive model whose calls are the recursion (None for a
-    helper checked on its own); `source`: the function's `FunctionSource`; `depth`: how many
-    helpers deep.
+    domain's values. `model`: the recursive model whose calls are the recursion; `source`:
+    the function's `FunctionSource`; `depth`: how many helpers deep.
 
     A domain implements `returned` and `unpacked`, `join` if its bodies run past a `return`,
     the `stmt_` methods of the statements whose meaning is its own (`if`, loops, `+=`), the
@@ -106,9 +105,7 @@ class CellInterpreter:
                                "language", node)
 
     def is_recursion(self, function):
-        model = self.model
-        return model is not None and (function is model
-                                      or function is getattr(model, "function", None))
+        return function is self.model or function is self.model.function
 
     def inline(self, function, arguments, keywords, node):
         """A helper's call: its body run over its arguments, bound as Python binds them."""

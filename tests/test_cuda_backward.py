@@ -74,3 +74,15 @@ def test_keeping_the_forwards_products_for_a_gpu_backward_is_refused():
     with pytest.raises(rj.ScheduleError, match="remat=True"):
         tree_lstm.vjp(FOREST, tree_lstm_params(HIDDEN, VOCAB, "float64", 1), backend="cuda",
                       schedule=rj.Schedule(remat=False))
+
+
+def test_on_a_device_without_cooperative_launches_the_backward_runs_unfused(monkeypatch):
+    monkeypatch.setattr(device, "no_cooperative_launch",
+                        lambda: "this GPU does not support cooperative launches")
+    monkeypatch.setattr(tree_lstm, "_compiled", {})
+    monkeypatch.setattr(tree_lstm, "_adjoints", {})
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    with pytest.warns(rj.FallbackWarning, match="tree_lstm: the fused schedule needs"):
+        gpu, cpu = gradients_on_both(tree_lstm, FOREST, p, 6)
+    assert_same_gradients(gpu, cpu)
+    assert "unfused: one launch per parallel step" in tree_lstm.kernel_source("cuda", grad=True)

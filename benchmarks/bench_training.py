@@ -3,6 +3,7 @@ recjit and in the frameworks a user would train it with, in one process, from th
 parameters, each checked to give the same first loss.
 
     python benchmarks/bench_training.py [--data ../shared/data/sst] [--quick] [--machine NAME]
+                                        [--vpps (VPPS's setting only)] [--cuda (the GPU too)]
 
 A step: the forward pass over a batch of 25 SST train trees (embeddings X=300, hidden H=150,
 float32), a softmax over the 5 labels at every node's h and its summed cross-entropy, the
@@ -76,16 +77,19 @@ def median_ms(step, batches, rounds):
 
 # recjit, with NumPy around it ------------------------------------------------------------
 class RecjitStep:
-    """One training step: vjp, the loss and its gradient with NumPy, the pullback, Adagrad."""
+    """One training step: vjp (on `backend`), the loss and its gradient with NumPy, the
+    pullback, Adagrad."""
 
-    def __init__(self, initial):
+    def __init__(self, initial, backend="cpu"):
+        self.backend = backend
         self.params = {name: initial[name].copy() for name in CELL_PARAMETERS}
         self.W_out, self.b_out = initial["W_out"].copy(), initial["b_out"].copy()
         self.squares = {name: np.zeros_like(value) for name, value in self.params.items()}
         self.squares_out = (np.zeros_like(self.W_out), np.zeros_like(self.b_out))
 
     def loss_and_pullback(self, forest):
-        out, pullback = child_sum_tree_lstm.vjp(forest, rj.Params(**self.params))
+        out, pullback = child_sum_tree_lstm.vjp(forest, rj.Params(**self.params),
+                                                backend=self.backend)
         h = out.nodes[0]
         logits = h @ self.W_out.T + self.b_out
         logits -= logits.max(axis=1, keepdims=True)
@@ -121,15 +125,17 @@ class RecjitStep:
 
 # PyTorch ---------------------------------------------------------------------------------
 class TorchStep:
-    """train_sst.py's classifier, recjit's cell or plain PyTorch's, with PyTorch's Adagrad."""
+    """train_sst.py's classifier, recjit's cell or plain PyTorch's, with PyTorch's Adagrad;
+    plain PyTorch's on `device` ("cuda": the GPU)."""
 
-    def __init__(self, backend, initial):
-        self.model = Classifier(backend, initial, dropout=0.0)
+    def __init__(self, backend, initial, device="cpu"):
+        self.device = device
+        self.model = Classifier(backend, initial, dropout=0.0).to(device)
         self.adagrad = optimizer(self.model, LR, EMBEDDING_LR, 0.0)
 
     def __call__(self, forest):
-        loss = torch.nn.functional.cross_entropy(
-            self.model(forest), torch.from_numpy(forest.fields["label"]), reduction="sum")
+        labels = torch.from_numpy(forest.fields["label"]).to(self.device)
+        loss = torch.nn.functional.cross_entropy(self.model(forest), labels, reduction="sum")
         self.adagrad.zero_grad()
         loss.backward()
         self.adagrad.step()
@@ -372,12 +378,26 @@ def backward_memory(forest, initial):
 
 
 def markdown(results):
+    """The results as a page: each section the run measured."""
     lines = [f"# recjit training benchmark: {results['machine']}", "",
-             f"{results['cpu']}; {results['versions']}", "",
-             ("## A training step (child-sum TreeLSTM, X=300, H=150, float32, 25 SST train "
+             f"{results['cpu']}; {results['versions']}"]
+    sections = (("training step", step_lines), ("vpps", vpps_lines), ("epoch", epoch_lines))
+    for key, section in sections:
+        if key in results:
+            lines += [""] + section(results[key])
+    for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
+                  "jacobian", "memory", "ddp epoch"):
+        if title in results:
+            lines += ["", f"## {title}", ""]
+            lines += [f"- {key}: {value:.3f}" if isinstance(value, float)
+                      else f"- {key}: {value}" for key, value in results[title].items()]
+    return "\n".join(lines) + "\n"
+
+
+def step_lines(steps):
+    lines = [("## A training step (child-sum TreeLSTM, X=300, H=150, float32, 25 SST train "
               "trees)"), "", "| contestant | ms a step | first loss | recjit is faster |",
              "|---|---|---|---|"]
-    steps = results["training step"]
     ours = steps["recjit"].get("ms")
     for name, row in steps.items():
         if "absent" in row:
@@ -385,15 +405,26 @@ def markdown(results):
             continue
         lines.append(f"| {name} | {row['ms']:.2f} | {row['first loss']:.4f} | "
                      f"{row['ms'] / ours:.2f}x |")
-    lines += ["", "## VPPS's setting (X=H=256)", "", "| batch | contestant | ms a step |",
-              "|---|---|---|"]
-    for batch, rows in results["vpps"].items():
+    return lines
+
+
+def vpps_lines(vpps):
+    lines = ["## VPPS's setting (X=H=256)", "", "| batch | contestant | ms a step |",
+             "|---|---|---|"]
+    for batch, rows in vpps.items():
         for name, row in rows.items():
             lines.append(f"| {batch} | {name} | "
                          + (f"{row['ms']:.2f} |" if "ms" in row else "absent |"))
-    epoch = results["epoch"]
-    lines += ["", f"## An epoch of SST train ({epoch['batches']} batches of 25, no dropout)", "",
-              "| contestant | s | over recjit in pytorch |", "|---|---|---|"]
+        if "recjit cuda" in rows:
+            ratio = rows["pytorch level-batched cuda"]["ms"] / rows["recjit cuda"]["ms"]
+            lines.append(f"| {batch} | target: recjit cuda ≥ 10x PyTorch level-batched on the "
+                         f"GPU | {ratio:.2f}x ({'met' if ratio >= 10 else 'NOT met'}) |")
+    return lines
+
+
+def epoch_lines(epoch):
+    lines = [f"## An epoch of SST train ({epoch['batches']} batches of 25, no dropout)", "",
+             "| contestant | s | over recjit in pytorch |", "|---|---|---|"]
     base = epoch.get("recjit in pytorch", {}).get("s")
     for name, row in epoch.items():
         if name == "batches":
@@ -401,12 +432,44 @@ def markdown(results):
         lines.append(f"| {name} | absent |  |" if "absent" in row else
                      f"| {name} | {row['s']:.2f} | {row['s'] / base:.2f}x |" if base else
                      f"| {name} | {row['s']:.2f} |  |")
-    for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
-                  "jacobian", "memory", "ddp epoch"):
-        lines += ["", f"## {title}", ""]
-        lines += [f"- {key}: {value:.3f}" if isinstance(value, float) else f"- {key}: {value}"
-                  for key, value in results[title].items()]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def vpps_rows(lines, vocab, count, rounds, cuda):
+    """{batch size: {contestant: {"ms": median ms a step}}} in VPPS's setting, X=H=256; with
+    `cuda`, recjit's and PyTorch level-batched's steps on the GPU too."""
+    rows = {}
+    for size in (1, 10, 25):
+        print(f"VPPS's setting, X=H=256, batches of {size}:", flush=True)
+        vpps = sst_batches(lines[:count * size], size, vocab)
+        initial = initial_parameters(len(vocab), 256, 256, seed=0)
+        contestants = [("recjit", lambda initial=initial: RecjitStep(initial)),
+                       ("pytorch level-batched",
+                        lambda initial=initial: TorchStep("torch", initial))]
+        if cuda:
+            contestants += [("recjit cuda", lambda initial=initial: RecjitStep(initial, "cuda")),
+                            ("pytorch level-batched cuda",
+                             lambda initial=initial: TorchStep("torch", initial, "cuda"))]
+        rows[size] = {name: {"ms": median_ms(make(), vpps, rounds)} for name, make in contestants}
+        print(f"  {rows[size]}", flush=True)
+    return rows
+
+
+def other_rows(args, lines, vocab, batches):
+    """The pullback against the run, per-tree gradients, the jacobian, the memory, an epoch
+    and a DDP epoch."""
+    quick = args.quick
+    initial = initial_parameters(len(vocab), 300, 150, seed=0)
+    results = {"pullback against run (TreeLSTM h256, 10 trees)": pullback_against_run(
+        256, 10, 20 if quick else 50)}
+    results["per-tree gradients"] = per_tree_rows(lines[:25], vocab, initial, 4 if quick else 12)
+    results["jacobian"] = jacobian_rows(batches, initial, 4 if quick else 8)
+    results["memory"] = backward_memory(batches[0], initial)
+    print("an epoch of SST train, batches of 25:", flush=True)
+    results["epoch"] = epochs(os.path.join(args.data, "train.txt"), 1000 if quick else None)
+    print("an epoch of train_sst.py, 1 and 2 DDP workers:", flush=True)
+    results["ddp epoch"] = ddp_epochs(args.data, 1000 if quick else None)
+    return results
 
 
 def main():
@@ -414,6 +477,10 @@ def main():
     parser.add_argument("--data", default=DATA)
     parser.add_argument("--quick", action="store_true", help="fewer batches and rounds")
     parser.add_argument("--machine", default=f"cpu-{os.cpu_count()}core")
+    parser.add_argument("--cuda", action="store_true",
+                        help="VPPS's setting on the GPU too: recjit's vjp with backend='cuda' "
+                             "and PyTorch level-batched on CUDA")
+    parser.add_argument("--vpps", action="store_true", help="VPPS's setting only")
     args = parser.parse_args()
     count, rounds = (2, 2) if args.quick else (8, 3)
     vocab = {}
@@ -424,32 +491,13 @@ def main():
                "versions": {"python": platform.python_version(), "numpy": np.__version__,
                             "numba": numba.__version__, "torch": torch.__version__,
                             "recjit": rj.__version__}}
-    print("a training step, X=300, H=150, 25 trees:", flush=True)
-    results["training step"] = training_steps(
-        batches, initial_parameters(len(vocab), 300, 150, seed=0), rounds)
-    results["vpps"] = {}
-    for size in (1, 10, 25):
-        print(f"VPPS's setting, X=H=256, batches of {size}:", flush=True)
-        vpps = sst_batches(lines[:count * size], size, vocab)
-        initial = initial_parameters(len(vocab), 256, 256, seed=0)
-        results["vpps"][size] = {
-            name: {"ms": median_ms(make(), vpps, rounds)}
-            for name, make in (("recjit", lambda initial=initial: RecjitStep(initial)),
-                               ("pytorch level-batched",
-                                lambda initial=initial: TorchStep("torch", initial)))}
-        print(f"  {results['vpps'][size]}", flush=True)
-    results["pullback against run (TreeLSTM h256, 10 trees)"] = pullback_against_run(
-        256, 10, 20 if args.quick else 50)
-    initial = initial_parameters(len(vocab), 300, 150, seed=0)
-    results["per-tree gradients"] = per_tree_rows(lines[:25], vocab, initial,
-                                                  4 if args.quick else 12)
-    results["jacobian"] = jacobian_rows(batches, initial, 4 if args.quick else 8)
-    results["memory"] = backward_memory(batches[0], initial)
-    print("an epoch of SST train, batches of 25:", flush=True)
-    train = os.path.join(args.data, "train.txt")
-    results["epoch"] = epochs(train, 1000 if args.quick else None)
-    print("an epoch of train_sst.py, 1 and 2 DDP workers:", flush=True)
-    results["ddp epoch"] = ddp_epochs(args.data, 1000 if args.quick else None)
+    if not args.vpps:
+        print("a training step, X=300, H=150, 25 trees:", flush=True)
+        results["training step"] = training_steps(
+            batches, initial_parameters(len(vocab), 300, 150, seed=0), rounds)
+    results["vpps"] = vpps_rows(lines, vocab, count, rounds, args.cuda)
+    if not args.vpps:
+        results.update(other_rows(args, lines, vocab, batches))
     base = os.path.join(HERE, "results", f"training-{args.machine}")
     print(markdown(results))
     write_results(base, results, markdown(results))

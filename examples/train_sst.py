@@ -103,44 +103,48 @@ class LevelBatchedTreeLSTM(torch.nn.Module):
         for name in CELLS[cell][1][1:]:
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(initial[name])))
 
-    def internal(self, h, c, edges, parent, hidden, dtype):
-        """(i, o, u gates' sum, what the forget gates keep) of a level of internal nodes."""
-        count = int(parent[-1]) + 1
+    def internal(self, h, c, edges, parent, count):
+        """(i, o, u gates' sum, what the forget gates keep) of a level of `count` internal
+        nodes."""
         if self.nary:
             left, right = edges[0::2], edges[1::2]
             gates = h[left] @ self.U_left.T + h[right] @ self.U_right.T + self.b_nary
             i, o, u, f_left, f_right = gates.chunk(5, dim=1)
             kept = torch.sigmoid(f_left) * c[left] + torch.sigmoid(f_right) * c[right]
             return torch.cat([i, o, u], dim=1), kept
-        h_sum = torch.zeros(count, hidden, dtype=dtype).index_add(0, parent, h[edges])
+        h_sum = h.new_zeros(count, h.shape[1]).index_add(0, parent, h[edges])
         f = torch.sigmoid(h[edges] @ self.U_f.T + self.b_f)
-        kept = torch.zeros(count, hidden, dtype=dtype).index_add(0, parent, f * c[edges])
+        kept = c.new_zeros(count, c.shape[1]).index_add(0, parent, f * c[edges])
         return h_sum @ self.U_iou.T + self.b_iou, kept
 
     def forward(self, forest):
+        """Every node's h, computed where the parameters are (`.to(device)`): the forest's
+        arrays go there once."""
         linearized = child_sum_tree_lstm.linearize(forest)
-        n, hidden, dtype = linearized.num_nodes, self.b_iou.shape[0] // 3, self.b_iou.dtype
-        h = torch.zeros(n, hidden, dtype=dtype)
-        c = torch.zeros(n, hidden, dtype=dtype)
-        ptr = torch.from_numpy(linearized.child_ptr)
-        children = torch.from_numpy(linearized.child_idx)
-        words = torch.from_numpy(linearized.fields["word"])
+        bias = self.b_iou
+        h = bias.new_zeros(linearized.num_nodes, bias.shape[0] // 3)
+        c = torch.zeros_like(h)
+        ptr = linearized.child_ptr
+        on_device = {name: torch.from_numpy(array).to(bias.device) for name, array in (
+            ("children", linearized.child_idx), ("words", linearized.fields["word"]),
+            ("counts", np.diff(ptr)), ("order", linearized.new_of_old))}
         begins = linearized.batch_begin
         for batch in range(linearized.num_batches - 1, -1, -1):  # from the leaves up
             begin, end = int(begins[batch]), int(begins[batch + 1])
+            nodes = torch.arange(begin, end, device=bias.device)
             if begin >= linearized.leaf_begin:
-                gates = self.E(words[begin:end]) @ self.W_iou.T + self.b_iou
-                forgotten = torch.zeros(end - begin, hidden, dtype=dtype)
+                gates = self.E(on_device["words"][begin:end]) @ self.W_iou.T + bias
+                forgotten = h.new_zeros(end - begin, h.shape[1])
             else:
-                edges = children[ptr[begin]:ptr[end]]
-                parent = torch.repeat_interleave(torch.arange(end - begin),
-                                                 ptr[begin + 1:end + 1] - ptr[begin:end])
-                gates, forgotten = self.internal(h, c, edges, parent, hidden, dtype)
+                edges = on_device["children"][int(ptr[begin]):int(ptr[end])]
+                parent = torch.repeat_interleave(nodes - begin, on_device["counts"][begin:end],
+                                                 output_size=edges.shape[0])
+                gates, forgotten = self.internal(h, c, edges, parent, end - begin)
             i, o, u = gates.chunk(3, dim=1)
             cell = torch.sigmoid(i) * torch.tanh(u) + forgotten
-            c = c.index_copy(0, torch.arange(begin, end), cell)
-            h = h.index_copy(0, torch.arange(begin, end), torch.sigmoid(o) * torch.tanh(cell))
-        return h[torch.from_numpy(linearized.new_of_old)]
+            c = c.index_copy(0, nodes, cell)
+            h = h.index_copy(0, nodes, torch.sigmoid(o) * torch.tanh(cell))
+        return h[on_device["order"]]
 
 
 class Classifier(torch.nn.Module):

@@ -91,3 +91,14 @@ def test_a_step_of_two_ddp_processes_of_12_trees_is_a_step_of_one_process_of_24(
         np.testing.assert_allclose(workers[name].numpy(), value.numpy(), rtol=1e-5, atol=1e-8,
                                    err_msg=name)
     assert not np.allclose(model.state_dict()["out.weight"].numpy(), initial["W_out"])
+
+
+def test_the_plain_pytorch_classifier_computes_where_its_parameters_are():
+    """On PyTorch's meta device an op given a CPU tensor raises: every tensor the forward
+    makes goes where the parameters are, as `.to("cuda")` needs on a GPU."""
+    forest = rj.Forest.random_binary(3, seed=1, mean_leaves=5, vocab_size=30)
+    model = Classifier("torch", initial_parameters(30, 4, 3, seed=1, dtype="float64"),
+                       dropout=0.0).to("meta")
+    scores = model(forest)
+    assert scores.device.type == "meta"
+    assert scores.shape == (forest.num_nodes, 5)

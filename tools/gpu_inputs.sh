@@ -17,4 +17,5 @@ python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "
     --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -d .whl \
     numpy==2.2.6 dynet38
 cp -f "$trees" .gpu/test.txt
+head -n 400 "$(dirname "$trees")/train.txt" > .gpu/train.txt  # the training stage's batches
 ls -l .whl .gpu

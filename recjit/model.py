@@ -477,20 +477,14 @@ class RecursiveModel:
         if backward is not None and wanted is None:
             self._latest_backward[backend] = backward
         kept = {}
-        if not linearized.num_nodes:
-            states, result = [], self._empty_result(cell)
-        elif backend == "cpu":
+        if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
                                              compiled.backend_kernel.inputs(linearized), kept)
             result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
                                             linearized.roots)
-        else:
-            result = compiled.backend_kernel.run(linearized, p, cell.state_shapes,
-                                                 compiled.backend_kernel.inputs(linearized))
-            states = [np.ascontiguousarray(nodes.reshape(linearized.num_nodes, -1)[
-                linearized.old_of_new]) for nodes in result.nodes]
-        if linearized.num_nodes:
             linearized, states = self._height_batched(forest, linearized, states)
+        else:
+            states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, host_p,
                                 analysis.usage.context, backward, kept)
 

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..generated import guard_caches, load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
-from ..lowering.backward import row_counts
+from ..lowering.backward import edge_cotangent_shapes, gradient_shapes, row_counts
 from ..lowering.ilir import ArgumentRole, RowsOf
 from ..result import Result
 from . import calls, runtime
@@ -134,20 +134,13 @@ class CpuBackward(GeneratedKernel):
         `kept`: the products the forward kept, by name, where the kernel reads them."""
         scalars, arrays = forest_arguments(self.kernel, linearized)
         arrays.update(kept or {})
-        rows = row_counts(linearized)
-        gradients = {}
-        for output in self.kernel.gradients:  # a bias's and its weight's vector share one
-            if output.name not in gradients:
-                gradients[output.name] = np.empty(
-                    (output.size, rows[output.rows]) if output.columns
-                    else (rows[output.rows], output.size), dtype=self.dtype)
+        gradients = {name: np.empty(shape, dtype=self.dtype)
+                     for name, shape in gradient_shapes(self.kernel, linearized).items()}
         arrays.update(gradients)
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.STATE), states))
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.COTANGENT), cotangents))
-        num_edges = int(linearized.child_ptr[-1])
-        arrays.update((name, np.zeros((num_edges, cotangent.shape[1]), dtype=self.dtype))
-                      for name, cotangent in zip(
-                          self.kernel.arrays_of(ArgumentRole.EDGE_COTANGENT), cotangents))
+        arrays.update((name, np.zeros(shape, dtype=self.dtype)) for name, shape in
+                      edge_cotangent_shapes(self.kernel, linearized, cotangents).items())
         self.launch_with(scalars, arrays, params)
         return gradients
 

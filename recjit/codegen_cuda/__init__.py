@@ -37,6 +37,8 @@ class CudaKernel:
     plumbing: the forest's arrays go to the device in one packed copy, the parameters unless
     they are there already (`DeviceParams`)."""
 
+    SUFFIX = "_kernel"  # of the lowered kernel's name, after the cell's
+
     def __init__(self, kernel, fast_math, schedule, weight_shapes):
         device.require_device()
         self.kernel = self.completed(kernel)
@@ -64,8 +66,7 @@ class CudaKernel:
 
     @property
     def cell_name(self):
-        """The cell function's name (the lowering names its kernel `<cell>_kernel`)."""
-        return self.kernel.name[:-len("_kernel")]
+        return self.kernel.name[:-len(self.SUFFIX)]
 
     def title(self, launches):
         """The generated module's docstring."""
@@ -157,6 +158,17 @@ class CudaKernel:
     def inputs(self, linearized):
         """(scalars, arrays): the kernel's arguments that come from this forest."""
         return forest_arguments(self.kernel, linearized)
+
+    def __call__(self, linearized, params, inputs, kept=None):
+        """The states, a row per node (the linearized numbering), on the host: what the CPU
+        kernel's call gives a backward. The GPU keeps no products for one (`kept` stays
+        empty: its backward recomputes them)."""
+        with _running:
+            arguments, states = self.prepare(linearized, params, inputs)
+            self.launch_all(arguments)
+            rows = states.nodes_to_host(linearized.num_nodes)
+            self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
+            return rows
 
     def run(self, linearized, params, shapes, inputs, device_output=False):
         """The states of every node in the forest's order: NumPy arrays, or device arrays if

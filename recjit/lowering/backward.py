@@ -156,6 +156,25 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
+def gradient_shapes(kernel, linearized):
+    """{array: shape} of the backward `kernel`'s `GradientRows` outputs for this forest (a
+    bias's and its weight's vector share one): a row per node or edge, or a column each where
+    the kernel writes them as the columns of a product's operand (`columns`)."""
+    rows, shapes = row_counts(linearized), {}
+    for output in kernel.gradients:
+        shapes.setdefault(output.name, (output.size, rows[output.rows]) if output.columns
+                          else (rows[output.rows], output.size))
+    return shapes
+
+
+def edge_cotangent_shapes(kernel, linearized, cotangents):
+    """{array: shape} of a DAG backward's edge cotangents: a row per edge, as wide as the
+    state component's cotangent; they start at zero."""
+    edges = int(linearized.child_ptr[-1])
+    return {name: (edges, cotangent.shape[1]) for name, cotangent in
+            zip(kernel.arrays_of(ArgumentRole.EDGE_COTANGENT), cotangents)}
+
+
 def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=(),
                    distinct_key=None):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),

@@ -710,10 +710,12 @@ def _backward_line(backward, backend):
     if backward is None:
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
                 "(the backward lowering does not take one of the cell's constructs yet)")
-    kernel = ("one call of the numba parallel kernel above" if backend == "cpu"
-              else f"the kernel above on the GPU ({backward.describe()})")
-    return (f"the backward is {kernel}; the host then multiplies each weight's rows "
-            "(Σ a ⊗ b as one product) and sums the others")
+    if backend == "cpu":
+        return ("the backward is one call of the numba parallel kernel above; the host then "
+                "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
+    return (f"the backward is the kernel above on the GPU ({backward.describe()}); the host "
+            "sums the rows of the other gradients, and every weight's rows for per-tree "
+            "gradients")
 
 
 def _source_functions(cell):

@@ -7,7 +7,9 @@ from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
+from recjit.autodiff import Pullback
 from recjit.codegen_cuda import device
+from recjit.lowering.backward import gradient_sums
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 
 from conftest import cotangents, seeds
@@ -17,7 +19,7 @@ FUSED, UNFUSED = rj.Schedule(), rj.Schedule(fusion=False)
 FOREST = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (0, 1)])
 
 
-def gradients_on_both(model, forest, p, seed, schedule=None):
+def gradients_on_both(model, forest, p, seed, schedule=None, per_tree=False):
     """(the GPU's gradients, the CPU's) for the same random cotangents on roots and nodes, once
     the two forward runs are checked equal."""
     out, cpu = model.vjp(forest, p, schedule=schedule)
@@ -26,7 +28,8 @@ def gradients_on_both(model, forest, p, seed, schedule=None):
         np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-12)
     roots = cotangents([state.shape for state in out.roots], seed)
     nodes = cotangents([state.shape for state in out.nodes], seed + 1)
-    return gpu(roots=roots, nodes=nodes), cpu(roots=roots, nodes=nodes)
+    return (gpu(roots=roots, nodes=nodes, per_tree=per_tree),
+            cpu(roots=roots, nodes=nodes, per_tree=per_tree))
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
@@ -60,6 +63,41 @@ def test_a_pullback_on_the_gpu_is_one_cooperative_launch(monkeypatch):
     monkeypatch.setattr(device.CooperativeLaunch, "__call__", counted)
     pullback(roots=tuple(np.ones(state.shape) for state in out.roots))
     assert len(launches) == 1
+
+
+def test_a_gpu_pullback_copies_back_each_weights_gradient_summed_not_its_rows(monkeypatch):
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2)
+    out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
+    copied = []
+    reduce = Pullback.reduce
+
+    def seen(self, arrays, sink):
+        copied.append(set(arrays))
+        return reduce(self, arrays, sink)
+
+    monkeypatch.setattr(Pullback, "reduce", seen)
+    pullback(roots=tuple(np.ones(state.shape) for state in out.roots))
+    sums = gradient_sums(pullback.compiled.kernel)
+    assert {total.parameter for total in sums} >= {"U_iou", "U_f", "W_iou", "b_iou"}
+    summed_rows = {rows.name for total in sums for rows in total.summed}
+    assert {total.total for total in sums} <= copied[0]
+    assert not summed_rows & copied[0]
+
+
+@settings(max_examples=3, deadline=None)
+@given(seed=seeds)
+def test_per_tree_gradients_on_the_gpu_are_the_cpus(seed):
+    """Per tree, the host reduces the rows as the CPU's do, not the kernel's sums."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", seed % 5)
+    assert_same_gradients(*gradients_on_both(tree_lstm, FOREST, p, seed, per_tree=True))
+
+
+def test_a_forest_of_leaves_alone_sums_no_nodes_weight_gradient_to_zero():
+    forest = rj.Forest.from_nested([3, 1, 4])
+    gpu, cpu = gradients_on_both(tree_lstm, forest, tree_lstm_params(HIDDEN, VOCAB, "float64",
+                                                                      3), 7)
+    assert_same_gradients(gpu, cpu)
+    assert not np.asarray(gpu.params.U_iou).any()
 
 
 def test_the_gpus_backward_kernel_prints_with_grad_true():

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..frontend.cell_ir import attribute
+from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
 from ..params import is_weak
 from .gradients import Gradients, RowGrad
@@ -57,7 +58,7 @@ class Pullback:
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
         if self.compiled is not None:
             self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
-                                      self.kept), sink)
+                                      self.kept, whole=trees is None), sink)
             return sink
         linearized = self.linearized
         begins = linearized.batch_begin
@@ -71,8 +72,14 @@ class Pullback:
 
     def reduce(self, arrays, sink):
         """Each `GradientRows` array the backward kernel filled, into the sink: a row per
-        node (or per edge, of its parent node)."""
+        node (or per edge, of its parent node); for whole gradients, each parameter's the
+        kernel summed itself (`GradientSum`), in place of the rows it sums."""
         linearized, kernel = self.linearized, self.compiled.kernel
+        summed = set()
+        if sink.trees is None:
+            for total in gradient_sums(kernel):
+                sink.add(total.parameter, arrays[total.total])
+                summed.update(total.summed)
         internal = np.arange(linearized.leaf_begin)
         nodes_of = {RowsOf.INTERNAL: internal,
                     RowsOf.LEAVES: np.arange(linearized.leaf_begin, linearized.num_nodes),
@@ -80,6 +87,8 @@ class Pullback:
                         linearized.child_ptr[:linearized.leaf_begin + 1]))}
         products = {}
         for output in kernel.gradients:
+            if output in summed:
+                continue
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
                 sink.param(output.attrs[0], values.T if output.columns else values, nodes)

@@ -129,9 +129,11 @@ class CpuBackward(GeneratedKernel):
                          f"{_math(fast_math)} math).")
         self.row_block = row_block
 
-    def __call__(self, linearized, params, states, cotangents, kept=None):
+    def __call__(self, linearized, params, states, cotangents, kept=None, whole=True):
         """The `GradientRows` arrays, by name, for these cotangents, which it adds to;
-        `kept`: the products the forward kept, by name, where the kernel reads them."""
+        `kept`: the products the forward kept, by name, where the kernel reads them. The
+        kernel sums no gradient itself, so it returns every row whether the gradients are
+        wanted `whole` or per tree: the host's products sum them (`weight_gradient`)."""
         scalars, arrays = forest_arguments(self.kernel, linearized)
         arrays.update(kept or {})
         gradients = {name: np.empty(shape, dtype=self.dtype)

@@ -21,8 +21,9 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
-                             Load, Loop, MatMul, StatementVisitor, Store, Var, nodes)
+from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const,
+                             GradientSum, If, Let, Load, Loop, MatMul, StatementVisitor, Store,
+                             Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.pysource import PythonExpressions
 from .packs import PACKED_ROW, TILE, TILE_COLUMN
@@ -156,6 +157,17 @@ class Emitter(StatementVisitor):
 
     def visit_PackedProducts(self, statement, depth, extent):
         self.packed_products(statement.products, depth)
+
+    def visit_GradientSum(self, statement, depth, extent):
+        """A parameter's gradient summed over the nodes' columns, each block its part of it
+        (`runtime.sum_outer_products`, `runtime.sum_columns`)."""
+        if statement.b is None:
+            self.runtime.add("sum_columns")
+            self.line(depth, f"sum_columns({statement.a}, {statement.total})")
+        else:
+            self.runtime.add("sum_outer_products")
+            self.line(depth, f"sum_outer_products({statement.a}, {statement.b}, "
+                             f"{statement.total})")
 
     def visit_Barrier(self, statement, depth, extent):
         if statement.scope is BarrierScope.MET:
@@ -505,7 +517,7 @@ def _jit(fast_math, launch_bound):
 RUNTIME_CALLS = ("first_row", "load_rows", "load_unit_rows", "matmul_range", "matmul_rows",
                  "matmul_row_groups", "matmul_units", "multiply_tile", "node_ranges",
                  "owned_units", "range_plan", "range_share", "row_groups_plan", "rows_plan",
-                 "tile_part", "tile_span", "units_plan")
+                 "sum_columns", "sum_outer_products", "tile_part", "tile_span", "units_plan")
 
 
 def _transposed_views(kernel):
@@ -619,7 +631,9 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
                  + tuple(f"host_{name}" for name in host.arrays))
-    lines = _module_header(kernel, header, ["matmul_kernel"], fast_math)
+    column_sums = any(total.b is None for total in nodes(kernel.body, GradientSum))
+    lines = _module_header(kernel, header, ["matmul_kernel"]
+                           + ["sum_columns_kernel"] * column_sums, fast_math)
     for kernel_lines in host.kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host.lines + ["", ""]
@@ -655,6 +669,15 @@ class _UnfusedHost(StatementVisitor):
         operands = ", ".join(self.expression.matmul_operands(statement))
         self.line(depth, f"launch(matmul_kernel, ({rows}) * {statement.weight}.shape[0], "
                          f"[{operands}, {rows}])")
+
+    def visit_GradientSum(self, statement, depth):
+        a, total = statement.a, statement.total
+        if statement.b is None:
+            self.line(depth, f"launch(sum_columns_kernel, {a}.shape[0], [{a}, {total}])")
+        else:
+            b = statement.b
+            self.line(depth, f"launch(matmul_kernel, {a}.shape[0] * {b}.shape[0], "
+                             f"[{b}, {a}, {total}, {a}.shape[0]])")
 
     def visit_If(self, statement, depth):
         self.expression.branch(statement, "    " * depth, self.lines,

@@ -467,6 +467,34 @@ def matmul_kernel(weight, x, y, rows):
     multiply_direct(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, 0)
 
 
+@cuda.jit(device=True, inline=True)
+def sum_outer_products(a, b, total):
+    """total[r, c] = Σ_n a[r, n] · b[c, n]: a weight's gradient from the columns of its two
+    vectors, a node's each, summed over the nodes. Each block computes the columns c it owns
+    (`owned_rows` of b), a product whose contraction runs over the nodes (`multiply_direct`:
+    y[s, r] = Σ_k W[r, k] · x[s, k] with W = b, x = a); no block adds to another's."""
+    begin, owned = owned_rows(b.shape[0])
+    multiply_direct(b, (owned, 0, begin), (owned, 0, begin), owned, a, total, a.shape[0], 0)
+
+
+@cuda.jit(device=True, inline=True)
+def sum_columns(a, total):
+    """total[r] = Σ_n a[r, n] for the rows r this block owns, a thread a row: a bias's
+    gradient from its weight's first vector, a node's each column."""
+    begin, owned = owned_rows(a.shape[0])
+    for row in range(begin + cuda.threadIdx.x, begin + owned, cuda.blockDim.x):
+        value = a.dtype.type(0)
+        for column in range(a.shape[1]):
+            value += a[row, column]
+        total[row] = value
+
+
+@cuda.jit(**BOUNDED)
+def sum_columns_kernel(a, total):
+    """`sum_columns` as a launch of its own (the unfused schedule)."""
+    sum_columns(a, total)
+
+
 @cuda.jit(**BOUNDED)
 def gather_rows(source, order, out, rows):
     """out[i] = source[order[i]] for i < rows: states from the linearized order into the

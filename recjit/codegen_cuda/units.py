@@ -25,8 +25,9 @@ any path from the barrier to the next that is surely the grid's (TreeGRU's packe
 rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field
 
-from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, If, Let, Load,
-                             Loop, MatMul, Statements, Store, Var, add, nodes, walk)
+from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, GradientSum,
+                             If, Let, Load, Loop, MatMul, Statements, Store, Var, add, nodes,
+                             walk)
 
 
 def element_extent(body):
@@ -264,6 +265,10 @@ def _accesses(body, reads, writes, loop, item=None):
             writes.setdefault(statement.y, []).append(item or statement)
             reads.setdefault(statement.x, []).append((None, None))
             _read((statement.rows, statement.x_row, statement.y_row), reads, loop)
+        elif isinstance(statement, GradientSum):
+            writes.setdefault(statement.total, []).append(statement)
+            for array in filter(None, (statement.a, statement.b)):
+                reads.setdefault(array, []).append((None, None))
         elif isinstance(statement, Let):
             _read((statement.value,), reads, loop)
         elif isinstance(statement, Store):

@@ -15,15 +15,17 @@ one loop over the elements. What a pass sends on is where the effects go:
 - every other effect: a row per node (per edge, for a value per child) of a `GradientRows`
   array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
   a and b a column per node, and is one product of the two over all nodes, with the
-  kernels' own products (`codegen_cpu.calls.weight_gradient`).
+  kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
+  `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
 
 After the last batch, one pass over every leaf."""
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..frontend.cell_ir import EACH, label
-from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows, Kernel,
-                   Let, Load, Loop, LoopRole, RowsOf, Store, Var, add)
+from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows,
+                   GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store, Var, add,
+                   nodes)
 from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
                     state_name, transposed_views)
 
@@ -165,6 +167,40 @@ def gradient_shapes(kernel, linearized):
         shapes.setdefault(output.name, (output.size, rows[output.rows]) if output.columns
                           else (rows[output.rows], output.size))
     return shapes
+
+
+def with_gradient_sums(kernel):
+    """The backward `kernel` ending with its weights' gradients summed over the nodes
+    (`GradientSum`), and the biases' that read a weight's first vector, after a barrier: each
+    a parameter's whole gradient, in an array of its own, for a backend that would rather
+    not copy every node's rows back (the GPU's)."""
+    pairs, sums = {}, []
+    for rows in kernel.gradients:
+        if rows.effect == "grad_param_outer":
+            pairs.setdefault(rows.pair, [None, None])[rows.side] = rows
+    for pair, (a, b) in pairs.items():
+        sums.append(GradientSum(f"{pair}_sum", a.attrs[0], a.name, b.name, (a.size, b.size),
+                                (a, b)))
+    first_vectors = {a.name for a, _ in pairs.values()}
+    sums += [GradientSum(f"{rows.name}_sum_{label(rows.attrs[0])}", rows.attrs[0], rows.name,
+                         None, (rows.size,), (rows,))
+             for rows in kernel.gradients
+             if rows.effect == "grad_param" and rows.name in first_vectors]
+    if not sums:
+        return kernel
+    body = kernel.body + (
+        Barrier("the sums read every node's vectors"),
+        Comment("each parameter's gradient, summed over the nodes: it alone leaves the "
+                "device"), *sums)
+    roles = kernel.roles + tuple(Argument(total.total, ArgumentRole.GRADIENT_SUM,
+                                          total.parameter) for total in sums)
+    return replace(kernel, body=body, roles=roles,
+                   arrays=kernel.arrays + tuple(total.total for total in sums))
+
+
+def gradient_sums(kernel):
+    """The kernel's `GradientSum`s, in order."""
+    return tuple(nodes(kernel.body, GradientSum))
 
 
 def edge_cotangent_shapes(kernel, linearized, cotangents):

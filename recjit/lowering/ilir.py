@@ -208,6 +208,7 @@ class ArgumentRole(Enum):
     EDGE_COTANGENT = "edge cotangent"  # a DAG's: what a parent sends a child, a row per edge
     KEPT = "kept"  # a forward's products kept for the backward (`KeptProduct`)
     GRADIENT = "gradient"  # what the backward sends to a parameter, row or field (`GradientRows`)
+    GRADIENT_SUM = "gradient sum"  # a parameter's gradient, summed by the kernel (`GradientSum`)
 
 
 class RowsOf(Enum):
@@ -237,6 +238,23 @@ class GradientRows:
     side: int = 0
     pair: str = None
     columns: bool = False
+
+
+@dataclass(frozen=True)
+class GradientSum:
+    """`total[r, c] = Σ_n a[r, n] · b[c, n]` over every column n of `a` and `b`, the column
+    arrays of a weight gradient's `GradientRows` pair (a node's or an edge's each); with no
+    `b`, `total[r] = Σ_n a[r, n]` (a bias's gradient, read from its weight's first vector).
+    A parameter's whole gradient (`total`, of `shape`), summed by the kernel itself once its
+    passes are done, so that it leaves the device in place of the rows it sums (`summed`,
+    the `GradientRows`); a per-tree gradient still reads the rows."""
+
+    total: str
+    parameter: str
+    a: str
+    b: str
+    shape: tuple
+    summed: tuple
 
 
 @dataclass(frozen=True)

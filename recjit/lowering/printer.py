@@ -73,6 +73,11 @@ class IlirPrinter(StatementVisitor):
                          f"{statement.x}[{_offset(statement.x_row)}s, k]  "
                          f"for s < {expression(statement.rows)}{how}")
 
+    def visit_GradientSum(self, statement, depth):
+        b = "" if statement.b is None else f" ⊗ {statement.b}[:, n]"
+        self.line(depth, f"{statement.total} = Σ_n {statement.a}[:, n]{b}  (the gradient of "
+                         f"{statement.parameter}, each block its own part)")
+
     def visit_PackedProducts(self, statement, depth):
         self.line(depth, "products whose inputs each block packs into the same tiles:")
         self.visit_all(statement.products, depth + 1)

@@ -21,6 +21,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import (barriers_per_batch, check_schedule, choose_schedule, lower, lower_backward,
                        print_kernel, refactor_variants)
 from .lowering.arguments import weight_shapes
+from .lowering.backward import kept_for_copies
 from .lowering.traffic import batch_traffic
 from .ops import filling
 from .params import (Params, WithContext, described, is_weak, on_device, shape_and_dtype,
@@ -471,7 +472,7 @@ class RecursiveModel:
         if backend == "cpu":
             p = host_p
         forest, key, compiled, linearized = self._checked(
-            analysis, forest, p, backend, self._training_schedule(schedule, wanted, backend))
+            analysis, forest, p, backend, self._training_schedule(schedule, backend))
         cell = compiled.cell
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
@@ -488,11 +489,12 @@ class RecursiveModel:
         return result, Pullback(cell, adjoints, linearized, states, host_p,
                                 analysis.usage.context, backward, kept)
 
-    def _training_schedule(self, schedule, wanted=None, backend="cpu"):
+    def _training_schedule(self, schedule, backend="cpu"):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
         kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
-        them recomputed (refactored, unrolled). A jacobian's (`wanted` effects) recomputes:
-        it copies the forest's states, not its products; so does the GPU's backward."""
+        them recomputed (refactored, unrolled), and on the GPU, whose backward recomputes. A
+        jacobian's (`wanted` effects) copies the kept products with the states
+        (`kept_for_copies`)."""
         schedule = _checked_schedule(schedule, self.schedule)
         if backend == "cuda":
             if schedule.remat is False:
@@ -500,7 +502,7 @@ class RecursiveModel:
                                     "the backward on the CPU only; on the GPU the backward "
                                     "recomputes them (remat=True)")
             return schedule.but(remat=True)
-        if wanted is not None or schedule.remat is True:
+        if schedule.remat is True:
             return schedule
         if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
             return schedule
@@ -565,16 +567,16 @@ class RecursiveModel:
         shape = cell.state_shapes[output]
         elements = int(np.prod(shape))
         copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))
-        pullbacks = {}
-        parts = []
+        pullbacks, jacobian = {}, None
         for first in range(0, elements, copies):
             chunk = min(copies, elements - first)
             if chunk not in pullbacks:
                 pullbacks[chunk] = self._copies_pullback(pullback, forest, chunk)
-            parts.append(_jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered,
-                                        first, chunk))
-        values = np.concatenate(parts)  # (elements, nodes, *per node)
-        return np.moveaxis(values, 0, 1).reshape((forest.num_nodes,) + shape + values.shape[2:])
+            rows = _jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered, first, chunk)
+            if jacobian is None:  # (nodes, elements, *per node)
+                jacobian = np.empty((forest.num_nodes, elements) + rows.shape[2:], rows.dtype)
+            jacobian[:, first:first + chunk] = rows.swapaxes(0, 1)
+        return jacobian.reshape((forest.num_nodes,) + shape + jacobian.shape[2:])
 
     def _copies_pullback(self, pullback, forest, copies):
         """`pullback` (of a run on `forest`) for the forest taken `copies` times
@@ -582,9 +584,12 @@ class RecursiveModel:
         linearized = self.linearize(Forest.concat([forest] * copies))
         original = pullback.linearized
         rows = original.new_of_old[linearized.old_of_new % forest.num_nodes]
+        kernel = pullback.compiled.kernel if pullback.compiled is not None else None
+        kept = (kept_for_copies(kernel.kept, pullback.kept, original, linearized, rows,
+                                kernel.distinct_key) if kernel is not None else {})
         return Pullback(pullback.cell, pullback.adjoints, linearized,
                         [state[rows] for state in pullback.states], pullback.params,
-                        pullback.context, pullback.compiled)
+                        pullback.context, pullback.compiled, kept)
 
     @_user_facing
     def reference(self, forest, p, context=()):

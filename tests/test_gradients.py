@@ -266,6 +266,27 @@ def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_onc
         np.testing.assert_allclose(jacobian[:, element], expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["child_sum_tree_lstm", "tree_gru", "gru"])
+@few
+@given(data=st.data(), seed=seeds)
+def test_each_copy_of_a_jacobians_forest_reads_the_products_the_forward_kept(name, data,
+                                                                             seed):
+    """Kept a row per internal node, per edge and per distinct word: each copy reads the row
+    of the node, edge or word it copies, and the rows are the pullbacks' again."""
+    model, make, forests = ZOO[name]
+    forest, p = data.draw(forests), make(HIDDEN, VOCAB, "float64", seed % 7)
+    jacobian = model.jacobian(forest, p, wrt="E")
+    out, pullback = model.vjp(forest, p)
+    assert pullback.kept
+    for element in range(out.roots[0].shape[1]):
+        units = [None] * len(out.roots)
+        units[0] = np.zeros_like(out.roots[0])
+        units[0][:, element] = 1
+        expected = pullback.backward(roots=tuple(units) if len(units) > 1 else units[0])
+        np.testing.assert_allclose(jacobian[:, element],
+                                   expected.gathered_by_node("E", p.E.shape[1:]), atol=1e-12)
+
+
 @rj.recursive_model(arity=2)
 def fielded(node, p):
     """A vector field at every node and an embedding at the leaves."""

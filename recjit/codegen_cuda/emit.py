@@ -21,10 +21,10 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const,
-                             GradientSum, If, Let, Load, Loop, MatMul, StatementVisitor, Store,
-                             Var, nodes)
+from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
+                             Load, Loop, MatMul, StatementVisitor, Store, Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
+from ..lowering.backward import gradient_sums
 from ..lowering.pysource import PythonExpressions
 from .packs import PACKED_ROW, TILE, TILE_COLUMN
 from .units import NO_SPLIT, element_extent
@@ -631,7 +631,7 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
                  + tuple(f"host_{name}" for name in host.arrays))
-    column_sums = any(total.b is None for total in nodes(kernel.body, GradientSum))
+    column_sums = any(total.b is None for total in gradient_sums(kernel))
     lines = _module_header(kernel, header, ["matmul_kernel"]
                            + ["sum_columns_kernel"] * column_sums, fast_math)
     for kernel_lines in host.kernels:

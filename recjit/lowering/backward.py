@@ -22,10 +22,12 @@ After the last batch, one pass over every leaf."""
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from ..frontend.cell_ir import EACH, label
+from ..linearize import distinct
 from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows,
-                   GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store, Var, add,
-                   nodes)
+                   GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store, Var, add)
 from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
                     state_name, transposed_views)
 
@@ -158,6 +160,32 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
+def kept_for_copies(kept, arrays, original, linearized, node_of, distinct_key=None):
+    """The arrays of the `KeptProduct`s `kept` (`arrays`, by name) that a forward run on
+    `original` kept, for `linearized`: a forest each of whose nodes n copies node
+    `node_of[n]` of `original`, children in the same order (a jacobian's copies of the
+    forest). Each row (an internal node's, an edge's, a leaf's, or a distinct key's of the
+    leaves, by the field `distinct_key`) is the row of the one it copies."""
+    leaf_begin, child_ptr = linearized.leaf_begin, linearized.child_ptr
+    parents = np.repeat(np.arange(leaf_begin), np.diff(child_ptr[:leaf_begin + 1]))
+    leaf_of = node_of[leaf_begin:] - original.leaf_begin
+    entity_of = {RowsOf.INTERNAL: node_of[:leaf_begin],
+                 RowsOf.EDGES: (original.child_ptr[node_of[parents]]
+                                + np.arange(parents.size) - child_ptr[parents]),
+                 RowsOf.LEAVES: leaf_of}
+    if any(product.rows is RowsOf.DISTINCT_LEAVES for product in kept):
+        first, _ = distinct(linearized.fields[distinct_key][leaf_begin:])
+        _, slot = distinct(original.fields[distinct_key][original.leaf_begin:])
+        entity_of[RowsOf.DISTINCT_LEAVES] = slot[leaf_of[first]]
+    copied = {}
+    for product in kept:
+        if product.array not in copied:
+            rows = arrays[product.array]
+            copied[product.array] = rows.reshape(-1, product.stride, rows.shape[1])[
+                entity_of[product.rows]].reshape(-1, rows.shape[1])
+    return copied
+
+
 def gradient_shapes(kernel, linearized):
     """{array: shape} of the backward `kernel`'s `GradientRows` outputs for this forest (a
     bias's and its weight's vector share one): a row per node or edge, or a column each where
@@ -199,8 +227,9 @@ def with_gradient_sums(kernel):
 
 
 def gradient_sums(kernel):
-    """The kernel's `GradientSum`s, in order."""
-    return tuple(nodes(kernel.body, GradientSum))
+    """The kernel's `GradientSum`s, in order: statements of its body's top level, where
+    `with_gradient_sums` puts them (a pullback asks for them at every call)."""
+    return tuple(statement for statement in kernel.body if isinstance(statement, GradientSum))
 
 
 def edge_cotangent_shapes(kernel, linearized, cotangents):

@@ -542,12 +542,15 @@ class RecursiveModel:
         return by_height, [state[order] for state in states]
 
     @_user_facing
-    def jacobian(self, forest, p, wrt, output=0, context=()):
+    def jacobian(self, forest, p, wrt, output=0, context=(), backend="cpu"):
         """`J[n]` = ∂ (state component `output` of node n's root) / ∂ (node n's float field
         `wrt`, or the row of parameter table `wrt` that node n gathers), for every node n in
         the forest's order: shape (num_nodes, *state, *field or row). One backward pass for
         all the state's elements at once: the forest taken once per element, each copy's
-        roots given that element's unit cotangent (pfor's vectorized jacobian)."""
+        roots given that element's unit cotangent (pfor's vectorized jacobian); on the CPU,
+        or with `backend="cuda"` the GPU's forward and backward kernels."""
+        if backend not in BACKENDS:
+            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
         cell = self._cell_for(analysis, forest, bound)
@@ -563,7 +566,7 @@ class RecursiveModel:
                              f"{sorted({table for _, table, _ in cell.gathers})}")
         tree_of_nodes(self.linearize(forest))  # a node of two roots has no one root
         wanted = frozenset({("grad_table" if gathered else "grad_field", wrt)})
-        pullback = self._vjp(forest, p, None, context, wanted)[1]
+        pullback = self._vjp(forest, p, None, context, wanted, backend)[1]
         shape = cell.state_shapes[output]
         elements = int(np.prod(shape))
         copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))

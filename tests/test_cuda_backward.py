@@ -13,7 +13,7 @@ from recjit.lowering.backward import gradient_sums
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 
 from conftest import cotangents, seeds
-from test_gradients import HIDDEN, VOCAB, ZOO, assert_same_gradients
+from test_gradients import HIDDEN, VOCAB, ZOO, assert_same_gradients, fielded, fielded_params
 
 FUSED, UNFUSED = rj.Schedule(), rj.Schedule(fusion=False)
 FOREST = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (0, 1)])
@@ -98,6 +98,15 @@ def test_a_forest_of_leaves_alone_sums_no_nodes_weight_gradient_to_zero():
                                                                       3), 7)
     assert_same_gradients(gpu, cpu)
     assert not np.asarray(gpu.params.U_iou).any()
+
+
+@pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
+def test_a_jacobian_on_the_gpu_is_the_cpus(wrt):
+    forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])
+    forest.fields["x"] = np.random.default_rng(2).normal(size=(forest.num_nodes, 2))
+    p = fielded_params(3)
+    np.testing.assert_allclose(fielded.jacobian(forest, p, wrt=wrt, backend="cuda"),
+                               fielded.jacobian(forest, p, wrt=wrt), rtol=1e-10, atol=1e-12)
 
 
 def test_the_gpus_backward_kernel_prints_with_grad_true():

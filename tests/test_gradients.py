@@ -247,11 +247,9 @@ def test_per_tree_gradients_and_jacobians_refuse_a_node_two_trees_share_naming_i
 def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_once,
                                                                monkeypatch):
     monkeypatch.setattr(rj.model, "JACOBIAN_NODES", nodes_at_once)
-    rng = np.random.default_rng(4)
     forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])
-    forest.fields["x"] = rng.normal(size=(forest.num_nodes, 2))
-    p = rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, 2)),
-                  U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+    forest.fields["x"] = np.random.default_rng(4).normal(size=(forest.num_nodes, 2))
+    p = fielded_params(4)
     jacobian = fielded.jacobian(forest, p, wrt=wrt)
     width = 2 if wrt == "x" else HIDDEN
     assert jacobian.shape == (forest.num_nodes, HIDDEN, width)
@@ -293,6 +291,13 @@ def fielded(node, p):
     if node.is_leaf:
         return rj.tanh(p.E[node.word] + p.W @ node.x)
     return rj.tanh(p.U @ (fielded(node.left, p) + fielded(node.right, p)) + p.W @ node.x)
+
+
+def fielded_params(seed):
+    """`fielded`'s parameters, for a field `x` of 2 numbers a node."""
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, 2)),
+                     U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
 
 
 def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():

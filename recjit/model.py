@@ -472,7 +472,7 @@ class RecursiveModel:
         if backend == "cpu":
             p = host_p
         forest, key, compiled, linearized = self._checked(
-            analysis, forest, p, backend, self._training_schedule(schedule, backend))
+            analysis, forest, p, backend, self._training_schedule(schedule))
         cell = compiled.cell
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
@@ -489,19 +489,13 @@ class RecursiveModel:
         return result, Pullback(cell, adjoints, linearized, states, host_p,
                                 analysis.usage.context, backward, kept)
 
-    def _training_schedule(self, schedule, backend="cpu"):
+    def _training_schedule(self, schedule):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
         kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
-        them recomputed (refactored, unrolled), and on the GPU, whose backward recomputes. A
+        them recomputed (refactored, unrolled), on the CPU and on the GPU alike. A
         jacobian's (`wanted` effects) copies the kept products with the states
         (`kept_for_copies`)."""
         schedule = _checked_schedule(schedule, self.schedule)
-        if backend == "cuda":
-            if schedule.remat is False:
-                raise ScheduleError("Schedule(remat=False) keeps the forward's products for "
-                                    "the backward on the CPU only; on the GPU the backward "
-                                    "recomputes them (remat=True)")
-            return schedule.but(remat=True)
         if schedule.remat is True:
             return schedule
         if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
@@ -588,7 +582,8 @@ class RecursiveModel:
         original = pullback.linearized
         rows = original.new_of_old[linearized.old_of_new % forest.num_nodes]
         kernel = pullback.compiled.kernel if pullback.compiled is not None else None
-        kept = (kept_for_copies(kernel.kept, pullback.kept, original, linearized, rows,
+        kept = {name: to_host(values) for name, values in pullback.kept.items()}
+        kept = (kept_for_copies(kernel.kept, kept, original, linearized, rows,
                                 kernel.distinct_key) if kernel is not None else {})
         return Pullback(pullback.cell, pullback.adjoints, linearized,
                         [state[rows] for state in pullback.states], pullback.params,
@@ -632,7 +627,7 @@ class RecursiveModel:
             analysis = self.analyse()
             key, _, compiled, _ = self._compiled_for(
                 analysis, forest, self.with_context(analysis, p, context), backend,
-                self._training_schedule(None, backend=backend))
+                self._training_schedule(None))
             backward = self._backward(key, compiled)[2]
         else:
             backward = self._latest_backward.get(backend)
@@ -653,7 +648,7 @@ class RecursiveModel:
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         if grad:  # what vjp runs: the forward that keeps its products, where it does
-            schedule = self._training_schedule(schedule, backend=backend)
+            schedule = self._training_schedule(schedule)
         key, entry, compiled, linearized = self._compiled_for(analysis, forest, p, backend,
                                                               schedule)
         sizes = np.diff(linearized.batch_begin)

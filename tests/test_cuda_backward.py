@@ -117,10 +117,13 @@ def test_the_gpus_backward_kernel_prints_with_grad_true():
     assert "grid.sync()  # barrier: the next batch reads the cotangents" in source
 
 
-def test_keeping_the_forwards_products_for_a_gpu_backward_is_refused():
-    with pytest.raises(rj.ScheduleError, match="remat=True"):
-        tree_lstm.vjp(FOREST, tree_lstm_params(HIDDEN, VOCAB, "float64", 1), backend="cuda",
-                      schedule=rj.Schedule(remat=False))
+@pytest.mark.parametrize("remat", [False, True], ids=["kept", "recomputed"])
+def test_the_gpus_backward_reads_the_products_its_forward_kept_or_recomputes_them(remat):
+    schedule = rj.Schedule(remat=remat)
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda", schedule=schedule)
+    assert bool(pullback.kept) is not remat
+    assert_same_gradients(*gradients_on_both(tree_lstm, FOREST, p, 3, schedule))
 
 
 def test_on_a_device_without_cooperative_launches_the_backward_runs_unfused(monkeypatch):

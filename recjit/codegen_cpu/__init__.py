@@ -5,8 +5,8 @@ import numpy as np
 
 from ..generated import guard_caches, load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
-from ..lowering.backward import edge_cotangent_shapes, gradient_shapes, row_counts
-from ..lowering.ilir import ArgumentRole, RowsOf
+from ..lowering.backward import edge_cotangent_shapes, gradient_shapes, kept_shapes
+from ..lowering.ilir import ArgumentRole
 from ..result import Result
 from . import calls, runtime
 from .child_sums import plan_sums_first
@@ -56,17 +56,6 @@ class GeneratedKernel:
                     *[arrays[name] for name in self.kernel.arrays], size=scalars["num_nodes"])
 
 
-def kept_products(kept, linearized, scalars, dtype):
-    """{array: an empty array} for the arrays of `KeptProduct`s `kept`: a row per internal
-    node, edge from one, leaf or distinct key of the leaves (`scalars`, the kernel's, count
-    those), `stride` rows each."""
-    rows = {**row_counts(linearized),
-            RowsOf.DISTINCT_LEAVES: scalars.get("num_distinct_leaves", 0)}
-    return {product.array: np.empty((rows[product.rows] * product.stride, product.width),
-                                     dtype=dtype)
-            for product in kept}
-
-
 def _math(fast_math):
     return "fast" if fast_math else "exact"
 
@@ -99,7 +88,8 @@ class CpuKernel(GeneratedKernel):
                   for _, size in self.kernel.states]
         arrays = dict(forest_arrays)
         arrays.update((name, state) for (name, _), state in zip(self.kernel.states, states))
-        kept_arrays = kept_products(self.kernel.kept, linearized, scalars, self.dtype)
+        kept_arrays = {name: np.empty(shape, dtype=self.dtype) for name, shape in
+                       kept_shapes(self.kernel.kept, linearized, scalars).items()}
         arrays.update(kept_arrays)
         self.launch_with(scalars, arrays, params)
         if kept is not None:

@@ -9,6 +9,7 @@ from ..errors import FallbackWarning
 from ..generated import load_module
 from ..lowering import barriers_per_batch
 from ..lowering.arguments import forest_arguments, kernel_parameters
+from ..lowering.backward import kept_shapes
 from ..lowering.lower import field_name
 from ..result import Result, rows_in_order
 from . import buffers, device, runtime
@@ -161,10 +162,10 @@ class CudaKernel:
 
     def __call__(self, linearized, params, inputs, kept=None):
         """The states, a row per node (the linearized numbering), on the host: what the CPU
-        kernel's call gives a backward. The GPU keeps no products for one (`kept` stays
-        empty: its backward recomputes them)."""
+        kernel's call gives a backward; the products the kernel keeps for one
+        (`Kernel.kept`) go into `kept`, by name, as device arrays of their own."""
         with _running:
-            arguments, states = self.prepare(linearized, params, inputs)
+            arguments, states = self.prepare(linearized, params, inputs, kept)
             self.launch_all(arguments)
             rows = states.nodes_to_host(linearized.num_nodes)
             self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
@@ -179,10 +180,11 @@ class CudaKernel:
             self.launch_all(arguments)
             return self.result(states, shapes, linearized, device_output)
 
-    def prepare(self, linearized, params, inputs):
+    def prepare(self, linearized, params, inputs, kept=None):
         """The kernel's arguments, the forest's arrays (`inputs`) copied to the device in one
-        packed copy (and, unfused, those its host code reads), and the states they fill. The
-        first fused run sizes the grid to the blocks that fit (`fit_grid`)."""
+        packed copy (and, unfused, those its host code reads), and the states they fill; the
+        arrays of the products it keeps for a backward, new for each run, into `kept` when it
+        is a dict. The first fused run sizes the grid to the blocks that fit (`fit_grid`)."""
         dtype = self.dtype
         scalars, forest_arrays = inputs
         upload, on_device = forest_arrays, {}
@@ -199,6 +201,11 @@ class CudaKernel:
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
                                      self.kernel.states, dtype)
         arrays = {**uploaded, **self.parameters(params, dtype), **states.views}
+        kept_arrays = {name: device.device_array(shape, dtype) for name, shape in
+                       kept_shapes(self.kernel.kept, linearized, scalars).items()}
+        arrays.update(kept_arrays)
+        if kept is not None:
+            kept.update(kept_arrays)
         if on_device:
             arrays.update(self.reordered_fields(on_device, uploaded["old_of_new"],
                                                 linearized.num_nodes, dtype))

@@ -20,8 +20,8 @@ from . import CudaKernel, _running, device
 class CudaBackward(CudaKernel):
     """`backward(linearized, params, states, cotangents, kept, whole=True)`: the arrays the
     host reads, by name: with `whole`, each `GradientSum` and the `GradientRows` none sums;
-    else (per-tree gradients) every `GradientRows`. The forward keeps no products for it on
-    the GPU (`kept` is empty): it recomputes them (`Schedule(remat=True)`)."""
+    else (per-tree gradients) every `GradientRows`. `kept`: the products the forward kept
+    for it, by name, on the device (`Schedule(remat=False)`), or on the host."""
 
     @staticmethod
     def completed(kernel):
@@ -49,6 +49,8 @@ class CudaBackward(CudaKernel):
             totals = {total.total: device.device_array(total.shape, dtype) for total in sums}
             arrays.update(rows)
             arrays.update(totals)
+            arrays.update((name, device.to_device("a kept product", values, dtype))
+                          for name, values in (kept or {}).items())
             arrays.update((name, device.to_device("a state", state, dtype))
                           for name, state in zip(kernel.arrays_of(ArgumentRole.STATE), states))
             arrays.update((name, device.to_device("a cotangent", cotangent, dtype))

@@ -160,6 +160,16 @@ def row_counts(linearized):
             RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
 
 
+def kept_shapes(kept, linearized, scalars):
+    """{array: shape} of the arrays of `KeptProduct`s `kept` that a forward kernel fills for
+    this forest: a row per internal node, edge from one, leaf or distinct key of the leaves
+    (`scalars`, the kernel's, count those), `stride` rows each."""
+    rows = {**row_counts(linearized),
+            RowsOf.DISTINCT_LEAVES: scalars.get("num_distinct_leaves", 0)}
+    return {product.array: (rows[product.rows] * product.stride, product.width)
+            for product in kept}
+
+
 def kept_for_copies(kept, arrays, original, linearized, node_of, distinct_key=None):
     """The arrays of the `KeptProduct`s `kept` (`arrays`, by name) that a forward run on
     `original` kept, for `linearized`: a forest each of whose nodes n copies node

@@ -121,7 +121,7 @@ def test_the_gpus_backward_kernel_prints_with_grad_true():
 def test_the_gpus_backward_reads_the_products_its_forward_kept_or_recomputes_them(remat):
     schedule = rj.Schedule(remat=remat)
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
-    out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda", schedule=schedule)
+    _, pullback = tree_lstm.vjp(FOREST, p, backend="cuda", schedule=schedule)
     assert bool(pullback.kept) is not remat
     assert_same_gradients(*gradients_on_both(tree_lstm, FOREST, p, 3, schedule))
 

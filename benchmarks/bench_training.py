@@ -32,6 +32,7 @@ NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit 
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores
 recjit's kernels need (docs/training.md: 59 ms a step instead of 13 on 2 cores)."""
 import argparse
+import math
 import os
 import platform
 import re
@@ -45,6 +46,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLA
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from numba import cuda  # noqa: E402
 
 import recjit as rj  # noqa: E402
 from recjit.lowering.backward import row_counts  # noqa: E402
@@ -87,8 +89,11 @@ class RecjitStep:
         self.squares = {name: np.zeros_like(value) for name, value in self.params.items()}
         self.squares_out = (np.zeros_like(self.W_out), np.zeros_like(self.b_out))
 
+    def cell_params(self):
+        return rj.Params(**self.params)
+
     def loss_and_pullback(self, forest):
-        out, pullback = child_sum_tree_lstm.vjp(forest, rj.Params(**self.params),
+        out, pullback = child_sum_tree_lstm.vjp(forest, self.cell_params(),
                                                 backend=self.backend)
         h = out.nodes[0]
         logits = h @ self.W_out.T + self.b_out
@@ -106,21 +111,81 @@ class RecjitStep:
         gradients = pullback(nodes=(d_logits @ self.W_out, None))
         self.adagrad(self.W_out, self.squares_out[0], d_logits.T @ h, LR)
         self.adagrad(self.b_out, self.squares_out[1], d_logits.sum(axis=0), LR)
-        for name, value in self.params.items():
-            gradient = getattr(gradients.params, name)
-            if isinstance(gradient, rj.RowGrad):
-                rows = gradient.indices
-                squares = self.squares[name][rows] + gradient.values ** 2
-                self.squares[name][rows] = squares
-                value[rows] -= EMBEDDING_LR * gradient.values / (np.sqrt(squares) + EPSILON)
-            else:
-                self.adagrad(value, self.squares[name], gradient, LR)
+        for name in self.params:
+            self.update(name, getattr(gradients.params, name))
         return loss
+
+    def update(self, name, gradient):
+        """Adagrad's step for one of the cell's parameters (a gathered table's rows only)."""
+        value = self.params[name]
+        if isinstance(gradient, rj.RowGrad):
+            rows = gradient.indices
+            squares = self.squares[name][rows] + gradient.values ** 2
+            self.squares[name][rows] = squares
+            value[rows] -= EMBEDDING_LR * gradient.values / (np.sqrt(squares) + EPSILON)
+        else:
+            self.adagrad(value, self.squares[name], gradient, LR)
 
     @staticmethod
     def adagrad(value, squares, gradient, lr):
         squares += gradient * gradient
         value -= lr * gradient / (np.sqrt(squares) + EPSILON)
+
+
+class RecjitCudaStep(RecjitStep):
+    """`RecjitStep` on the GPU as a GPU training loop keeps it: the cell's parameters and
+    Adagrad's sums stay in GPU memory (`Params.to_device()`), which the forward and the
+    backward read without a copy; a step uploads the gradients the pullback returns and
+    updates the parameters there (a gathered table's rows only). The classifier's stay on
+    the host with the loss."""
+
+    def __init__(self, initial):
+        super().__init__(initial, "cuda")
+        self.on_device = rj.Params(**self.params).to_device()
+        self.squares = {name: cuda.to_device(value) for name, value in self.squares.items()}
+
+    def cell_params(self):
+        return self.on_device
+
+    def update(self, name, gradient):
+        value, squares = getattr(self.on_device, name), self.squares[name]
+        if isinstance(gradient, rj.RowGrad):
+            rows, values = gradient.indices, gradient.values
+            count, lr = values.size, EMBEDDING_LR
+            arguments = (cuda.to_device(rows), cuda.to_device(values))
+            kernel = adagrad_rows_on_device
+        else:  # each a flat view, the parameter's elements in order
+            count, lr = gradient.size, LR
+            value, squares = value.reshape(count), squares.reshape(count)
+            arguments = (cuda.to_device(np.ascontiguousarray(gradient).reshape(count)),)
+            kernel = adagrad_on_device
+        if count:
+            kernel[-(-count // 256), 256](value, squares, *arguments, lr, EPSILON)
+
+
+@cuda.jit
+def adagrad_on_device(value, squares, gradient, lr, epsilon):
+    """Adagrad on every element of a parameter in GPU memory (flat views)."""
+    index = cuda.grid(1)
+    if index < value.size:
+        adagrad_element(value, squares, index, gradient[index], lr, epsilon)
+
+
+@cuda.jit
+def adagrad_rows_on_device(value, squares, rows, gradient, lr, epsilon):
+    """Adagrad on the rows `rows` of a table in GPU memory, `gradient` a row each."""
+    index = cuda.grid(1)
+    width = value.shape[1]
+    if index < rows.size * width:
+        row, column = index // width, index % width
+        adagrad_element(value, squares, (rows[row], column), gradient[row, column], lr,
+                        epsilon)
+
+
+@cuda.jit(device=True)
+def adagrad_element(value, squares, at, gradient, lr, epsilon):
+    squares[at] += gradient * gradient
+    value[at] -= lr * gradient / (math.sqrt(squares[at]) + epsilon)
 
 
 # PyTorch ---------------------------------------------------------------------------------
@@ -435,9 +500,10 @@ def epoch_lines(epoch):
     return lines
 
 
-def vpps_rows(lines, vocab, count, rounds, cuda):
+def vpps_rows(lines, vocab, count, rounds, on_gpu):
     """{batch size: {contestant: {"ms": median ms a step}}} in VPPS's setting, X=H=256; with
-    `cuda`, recjit's and PyTorch level-batched's steps on the GPU too."""
+    `on_gpu`, recjit's and PyTorch level-batched's steps on the GPU too, the parameters kept
+    there (`RecjitCudaStep`)."""
     rows = {}
     for size in (1, 10, 25):
         print(f"VPPS's setting, X=H=256, batches of {size}:", flush=True)
@@ -446,8 +512,8 @@ def vpps_rows(lines, vocab, count, rounds, cuda):
         contestants = [("recjit", lambda initial=initial: RecjitStep(initial)),
                        ("pytorch level-batched",
                         lambda initial=initial: TorchStep("torch", initial))]
-        if cuda:
-            contestants += [("recjit cuda", lambda initial=initial: RecjitStep(initial, "cuda")),
+        if on_gpu:
+            contestants += [("recjit cuda", lambda initial=initial: RecjitCudaStep(initial)),
                             ("pytorch level-batched cuda",
                              lambda initial=initial: TorchStep("torch", initial, "cuda"))]
         rows[size] = {name: {"ms": median_ms(make(), vpps, rounds)} for name, make in contestants}

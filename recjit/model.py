@@ -24,7 +24,7 @@ from .lowering.arguments import weight_shapes
 from .lowering.backward import kept_for_copies
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import (Params, WithContext, described, is_weak, on_device, shape_and_dtype,
+from .params import (WithContext, described, is_weak, params_on_host, shape_and_dtype,
                      to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
@@ -404,7 +404,7 @@ class RecursiveModel:
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         if backend != "cuda":
-            p = _on_host(p, analysis.parameters)  # the CPU kernel reads host memory
+            p = params_on_host(p, analysis.parameters)  # the CPU kernel reads host memory
         if isinstance(forest, Prepared):
             compiled, linearized = self._prepared(analysis, forest, p, backend, schedule)
             forest, inputs = forest.forest, forest.inputs
@@ -468,9 +468,8 @@ class RecursiveModel:
         or field) pairs; None: every one)."""
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
-        host_p = _on_host(p, analysis.parameters)
         if backend == "cpu":
-            p = host_p
+            p = params_on_host(p, analysis.parameters)
         forest, key, compiled, linearized = self._checked(
             analysis, forest, p, backend, self._training_schedule(schedule))
         cell = compiled.cell
@@ -486,7 +485,7 @@ class RecursiveModel:
             linearized, states = self._height_batched(forest, linearized, states)
         else:
             states, result = [], self._empty_result(cell)
-        return result, Pullback(cell, adjoints, linearized, states, host_p,
+        return result, Pullback(cell, adjoints, linearized, states, p,
                                 analysis.usage.context, backward, kept)
 
     def _training_schedule(self, schedule):
@@ -604,7 +603,7 @@ class RecursiveModel:
         if linearized.num_nodes == 0:
             return self._empty_result(cell)
         self.check_gathers(cell, linearized)
-        p = _on_host(p, analysis.parameters)  # the recursion is NumPy's
+        p = params_on_host(p, analysis.parameters)  # the recursion is NumPy's
         context = tuple(to_host(value) for value in context)
         with filling(_parameters_dtype(bound, analysis.parameters)):
             states = run_reference(self, forest, p, context)
@@ -855,15 +854,6 @@ def _parameters_dtype(p, names):
 
 def _weight_shapes(parameters):
     return weight_shapes({name: shape for name, shape, _ in parameters})
-
-
-def _on_host(p, names):
-    """`p`, or where any of its `names` is a GPU array, `Params` of host copies of them."""
-    values = {name: getattr(p, name, None) for name in names}
-    if not any(on_device(value) for value in values.values()):
-        return p
-    return Params(**{name: to_host(value) for name, value in values.items()
-                     if value is not None})
 
 
 def _checked_schedule(schedule, default):

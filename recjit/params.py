@@ -66,6 +66,15 @@ def to_host(value):
     return value.copy_to_host()
 
 
+def params_on_host(p, names):
+    """`p`, or where any of its `names` is a GPU array, `Params` of host copies of them."""
+    values = {name: getattr(p, name, None) for name in names}
+    if not any(on_device(value) for value in values.values()):
+        return p
+    return Params(**{name: to_host(value) for name, value in values.items()
+                     if value is not None})
+
+
 def shape_and_dtype(value):
     """A parameter's shape and dtype, without copying a device array to the host."""
     if isinstance(value, np.ndarray):

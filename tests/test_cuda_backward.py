@@ -84,6 +84,25 @@ def test_a_gpu_pullback_copies_back_each_weights_gradient_summed_not_its_rows(mo
     assert not summed_rows & copied[0]
 
 
+def test_a_gpu_pullback_reads_parameters_kept_on_the_device_without_a_copy(monkeypatch):
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    on_device = p.to_device()
+    out, pullback = tree_lstm.vjp(FOREST, on_device, backend="cuda")
+    uploads = []
+    to_device = device.to_device
+
+    def counted(what, value, dtype):
+        if isinstance(value, np.ndarray):
+            uploads.append(what)
+        return to_device(what, value, dtype)
+
+    monkeypatch.setattr(device, "to_device", counted)
+    roots = cotangents([state.shape for state in out.roots], 4)
+    gpu = pullback(roots=roots)
+    assert not [what for what in uploads if what.startswith("parameter")]
+    assert_same_gradients(gpu, tree_lstm.vjp(FOREST, p)[1](roots=roots))
+
+
 @settings(max_examples=3, deadline=None)
 @given(seed=seeds)
 def test_per_tree_gradients_on_the_gpu_are_the_cpus(seed):

@@ -14,7 +14,7 @@ from ..errors import InputError
 from ..frontend.cell_ir import attribute
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
-from ..params import is_weak
+from ..params import is_weak, params_on_host
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
 
@@ -27,8 +27,10 @@ class Pullback:
     argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
     the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
     infinite cotangents first. It may be called any number of times, or never. `compiled`:
-    the backward kernel (`codegen_cpu.CpuBackward`), or None to interpret the adjoint;
-    `kept`: the products the forward kept for it, by name (`Schedule(remat=False)`)."""
+    the backward kernel (`codegen_cpu.CpuBackward`, `codegen_cuda.CudaBackward`), or None
+    to interpret the adjoint; `params`: as the kernel reads them (the GPU's: where they lie,
+    without a copy); `kept`: the products the forward kept for it, by name
+    (`Schedule(remat=False)`)."""
 
     def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None,
                  kept=None):
@@ -62,11 +64,12 @@ class Pullback:
             return sink
         linearized = self.linearized
         begins = linearized.batch_begin
+        params = params_on_host(self.params, self.cell.parameters)  # NumPy evaluates it
         for batch in range(linearized.num_batches):  # roots first
             begin, end = int(begins[batch]), int(begins[batch + 1])
             if end > begin:
                 case = "leaf" if begin >= linearized.leaf_begin else "internal"
-                Evaluator(Batch(linearized, begin, end), self.params, linearized.fields,
+                Evaluator(Batch(linearized, begin, end), params, linearized.fields,
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
         return sink
 

@@ -631,9 +631,11 @@ def emit_unfused(kernel, fast_math, header, launch_bound):
     arguments = (("launch",) + kernel.scalars + kernel.arrays
                  + tuple(array.argument for array in scratch)
                  + tuple(f"host_{name}" for name in host.arrays))
-    column_sums = any(total.b is None for total in gradient_sums(kernel))
+    sums = gradient_sums(kernel)
     lines = _module_header(kernel, header, ["matmul_kernel"]
-                           + ["sum_columns_kernel"] * column_sums, fast_math)
+                           + ["sum_columns_kernel"] * any(total.b is None for total in sums)
+                           + ["sum_outer_products_kernel"] * any(total.b for total in sums),
+                           fast_math)
     for kernel_lines in host.kernels:
         lines += kernel_lines + ["", ""]
     lines += [f"def {kernel.name}({', '.join(arguments)}):"] + host.lines + ["", ""]
@@ -676,8 +678,8 @@ class _UnfusedHost(StatementVisitor):
             self.line(depth, f"launch(sum_columns_kernel, {a}.shape[0], [{a}, {total}])")
         else:
             b = statement.b
-            self.line(depth, f"launch(matmul_kernel, {a}.shape[0] * {b}.shape[0], "
-                             f"[{b}, {a}, {total}, {a}.shape[0]])")
+            self.line(depth, f"launch(sum_outer_products_kernel, {a}.shape[0] * {b}.shape[0], "
+                             f"[{a}, {b}, {total}])")
 
     def visit_If(self, statement, depth):
         self.expression.branch(statement, "    " * depth, self.lines,

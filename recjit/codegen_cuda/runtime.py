@@ -470,11 +470,26 @@ def matmul_kernel(weight, x, y, rows):
 @cuda.jit(device=True, inline=True)
 def sum_outer_products(a, b, total):
     """total[r, c] = Σ_n a[r, n] · b[c, n]: a weight's gradient from the columns of its two
-    vectors, a node's each, summed over the nodes. Each block computes the columns c it owns
-    (`owned_rows` of b), a product whose contraction runs over the nodes (`multiply_direct`:
-    y[s, r] = Σ_k W[r, k] · x[s, k] with W = b, x = a); no block adds to another's."""
-    begin, owned = owned_rows(b.shape[0])
-    multiply_direct(b, (owned, 0, begin), (owned, 0, begin), owned, a, total, a.shape[0], 0)
+    vectors, a node's each, summed over the nodes: a product whose contraction runs over the
+    nodes (`multiply_direct`: y[s, r] = Σ_k W[r, k] · x[s, k]). The blocks split the longer
+    vector's rows, each computing the gradient's rows (or columns) it owns and reading the
+    other vector whole: TreeLSTM's U_iou (a of 768 rows, b of 256) on 132 blocks, split by b,
+    would give each block two of b's rows, half a four-row item, and make every block read
+    all of a. No block adds to another's part."""
+    if a.shape[0] >= b.shape[0]:
+        begin, owned = owned_rows(a.shape[0])
+        multiply_direct(a, (owned, 0, begin), (owned, 0, begin), owned, b, total.T,
+                        b.shape[0], 0)
+    else:
+        begin, owned = owned_rows(b.shape[0])
+        multiply_direct(b, (owned, 0, begin), (owned, 0, begin), owned, a, total,
+                        a.shape[0], 0)
+
+
+@cuda.jit(**BOUNDED)
+def sum_outer_products_kernel(a, b, total):
+    """`sum_outer_products` as a launch of its own (the unfused schedule)."""
+    sum_outer_products(a, b, total)
 
 
 @cuda.jit(device=True, inline=True)

@@ -76,7 +76,7 @@ class IlirPrinter(StatementVisitor):
     def visit_GradientSum(self, statement, depth):
         b = "" if statement.b is None else f" ⊗ {statement.b}[:, n]"
         self.line(depth, f"{statement.total} = Σ_n {statement.a}[:, n]{b}  (the gradient of "
-                         f"{statement.parameter}, each block its own part)")
+                         f"{statement.parameter}, each block its part)")
 
     def visit_PackedProducts(self, statement, depth):
         self.line(depth, "products whose inputs each block packs into the same tiles:")

@@ -561,6 +561,9 @@ class RecursiveModel:
         wanted = frozenset({("grad_table" if gathered else "grad_field", wrt)})
         pullback = self._vjp(forest, p, None, context, wanted, backend)[1]
         shape = cell.state_shapes[output]
+        if forest.num_nodes == 0:
+            row = cell.parameters[wrt][1:] if gathered else cell.fields[wrt][0]
+            return np.zeros((0,) + shape + tuple(row), dtype=cell.dtype)
         elements = int(np.prod(shape))
         copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))
         pullbacks, jacobian = {}, None

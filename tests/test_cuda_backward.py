@@ -119,6 +119,12 @@ def test_a_forest_of_leaves_alone_sums_no_nodes_weight_gradient_to_zero():
     assert not np.asarray(gpu.params.U_iou).any()
 
 
+def test_an_empty_forests_gpu_pullback_gives_the_cpus_zero_gradients():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    gpu, cpu = gradients_on_both(tree_lstm, rj.Forest.from_nested([]), p, 1)
+    assert_same_gradients(gpu, cpu)
+
+
 @pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
 def test_a_jacobian_on_the_gpu_is_the_cpus(wrt):
     forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])

@@ -285,6 +285,23 @@ def test_each_copy_of_a_jacobians_forest_reads_the_products_the_forward_kept(nam
                                    expected.gathered_by_node("E", p.E.shape[1:]), atol=1e-12)
 
 
+def test_an_empty_forests_pullback_gives_every_gradient_zero_in_its_usual_form():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    out, pullback = tree_lstm.vjp(rj.Forest.from_nested([]), p)
+    gradients = pullback(roots=tuple(np.zeros(state.shape) for state in out.roots))
+    assert isinstance(gradients.params.E, rj.RowGrad) and gradients.params.E.indices.size == 0
+    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f"):
+        gradient = getattr(gradients.params, name)
+        assert gradient.shape == getattr(p, name).shape and not gradient.any()
+    assert pullback(per_tree=True).params.W_iou.shape == (0,) + p.W_iou.shape
+
+
+def test_an_empty_forests_jacobian_has_no_rows():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    jacobian = tree_lstm.jacobian(rj.Forest.from_nested([]), p, wrt="E")
+    assert jacobian.shape == (0, HIDDEN, p.E.shape[1])
+
+
 @rj.recursive_model(arity=2)
 def fielded(node, p):
     """A vector field at every node and an embedding at the leaves."""

@@ -58,6 +58,8 @@ class Pullback:
         cotangents = self.incoming(roots, nodes, check_finite)
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
+        if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
+            return sink
         if self.compiled is not None:
             self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
                                       self.kept, whole=trees is None), sink)
@@ -125,7 +127,7 @@ class Pullback:
                 if values is None:
                     continue
                 values = self.checked(what, component, values, (count,) + shapes[component],
-                                      check_finite).reshape(count, -1)
+                                      check_finite).reshape(count, cotangents[component].shape[1])
                 if what == "nodes":  # a row each: `new_of_old` is a permutation
                     cotangents[component][rows] += values
                 else:  # a forest may list a root twice
@@ -267,10 +269,13 @@ class Sink:
         tree, per tree), a float for a Python number."""
         value = getattr(self.params, name)
         gathered = self.table_rows.get(name, [])
-        read_whole = any(op.kind == "param" and attribute(op.attrs[0]) == name
-                         for case in self.cell.cases for op in case.ops)
+        only_gathered = any(table == name for _, table, _ in self.cell.gathers) and not any(
+            op.kind == "param" and attribute(op.attrs[0]) == name
+            for case in self.cell.cases for op in case.ops)
         trees = self.linearized.roots.size
-        if gathered and not read_whole and name not in self.dense:
+        if only_gathered and name not in self.dense:  # no rows at all in an empty forest
+            gathered = gathered or [(np.zeros(0, np.int64), np.zeros((0,) + tuple(shape[1:])),
+                                     np.zeros(0, np.int64))]
             indices, values, nodes = (np.concatenate(part) for part in zip(*gathered))
             if self.trees is None:
                 return RowGrad.summed(indices, values, shape, self.dtype)

@@ -163,7 +163,10 @@ def row_counts(linearized):
 def kept_shapes(kept, linearized, scalars):
     """{array: shape} of the arrays of `KeptProduct`s `kept` that a forward kernel fills for
     this forest: a row per internal node, edge from one, leaf or distinct key of the leaves
-    (`scalars`, the kernel's, count those), `stride` rows each."""
+    (`scalars`, the kernel's, count those), `stride` rows each. Every run asks: most keep
+    nothing."""
+    if not kept:
+        return {}
     rows = {**row_counts(linearized),
             RowsOf.DISTINCT_LEAVES: scalars.get("num_distinct_leaves", 0)}
     return {product.array: (rows[product.rows] * product.stride, product.width)

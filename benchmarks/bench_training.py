@@ -54,7 +54,7 @@ from recjit.lowering.backward import row_counts  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
 
-from bench import write_results  # noqa: E402
+from bench import _gpu_line, gpu_facts, write_results  # noqa: E402
 from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
 from peers.torch_peers import TorchOps  # noqa: E402
 from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
@@ -445,7 +445,8 @@ def backward_memory(forest, initial):
 def markdown(results):
     """The results as a page: each section the run measured."""
     lines = [f"# recjit training benchmark: {results['machine']}", "",
-             f"{results['cpu']}; {results['versions']}"]
+             f"{results['cpu']}; {results['versions']}"
+             + (f"; GPU {_gpu_line(results['gpu'])}" if results.get("gpu") else "")]
     sections = (("training step", step_lines), ("vpps", vpps_lines), ("epoch", epoch_lines))
     for key, section in sections:
         if key in results:
@@ -561,6 +562,8 @@ def main():
         print("a training step, X=300, H=150, 25 trees:", flush=True)
         results["training step"] = training_steps(
             batches, initial_parameters(len(vocab), 300, 150, seed=0), rounds)
+    if args.cuda:
+        results["gpu"] = gpu_facts()
     results["vpps"] = vpps_rows(lines, vocab, count, rounds, args.cuda)
     if not args.vpps:
         results.update(other_rows(args, lines, vocab, batches))

@@ -580,7 +580,7 @@ class RecursiveModel:
     def _copies_pullback(self, pullback, forest, copies):
         """`pullback` (of a run on `forest`) for the forest taken `copies` times
         (`Forest.concat`), the run's states copied to each: the forward runs once."""
-        linearized = self.linearize(Forest.concat([forest] * copies))
+        linearized = self.linearize(Forest.concat([forest.on_host()] * copies))
         original = pullback.linearized
         rows = original.new_of_old[linearized.old_of_new % forest.num_nodes]
         kernel = pullback.compiled.kernel if pullback.compiled is not None else None

@@ -4,6 +4,7 @@ unfused; in numba's simulator without a GPU (grids of several blocks: test_cuda_
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from numba import cuda
 
 import recjit as rj
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
@@ -84,6 +85,56 @@ def test_a_gpu_pullback_copies_back_each_weights_gradient_summed_not_its_rows(mo
     assert not summed_rows & copied[0]
 
 
+def device_calls(monkeypatch):
+    """The names of the device allocations, host arrays copied up one by one, and copies
+    back that the calls after it make."""
+    calls = []
+    allocate, upload = device.device_array, device.to_device
+    array_type = type(allocate(1, np.float64))
+    copy_back = array_type.copy_to_host
+
+    def allocated(shape, dtype):
+        calls.append("allocation")
+        return allocate(shape, dtype)
+
+    def uploaded(what, value, dtype):
+        if isinstance(value, np.ndarray):
+            calls.append(f"upload of {what}")
+        return upload(what, value, dtype)
+
+    def copied(self, *args, **kwargs):
+        calls.append("copy back")
+        return copy_back(self, *args, **kwargs)
+
+    monkeypatch.setattr(device, "device_array", allocated)
+    monkeypatch.setattr(device, "to_device", uploaded)
+    monkeypatch.setattr(array_type, "copy_to_host", copied)
+    return calls
+
+
+def test_a_gpu_pullback_allocates_once_and_copies_back_once(monkeypatch):
+    """Its states and cotangents go up with the forest's arrays, in the upload kept from the
+    first pullback; its outputs are views of one allocation, copied back in one copy (the
+    parameters are on the device)."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2).to_device()
+    out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 3)
+    first = pullback(roots=roots)
+    calls = device_calls(monkeypatch)
+    again = pullback(roots=roots)
+    assert sorted(calls) == ["allocation", "copy back"]
+    assert_same_gradients(again, first)
+
+
+def test_a_gpu_vjps_kept_products_are_views_of_one_allocation(monkeypatch):
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2).to_device()
+    tree_lstm.vjp(FOREST, p, backend="cuda")
+    calls = device_calls(monkeypatch)
+    _, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
+    assert len(pullback.kept) > 1
+    assert calls.count("allocation") == 1
+
+
 def test_a_gpu_pullback_reads_parameters_kept_on_the_device_without_a_copy(monkeypatch):
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
     on_device = p.to_device()
@@ -161,3 +212,33 @@ def test_on_a_device_without_cooperative_launches_the_backward_runs_unfused(monk
         gpu, cpu = gradients_on_both(tree_lstm, FOREST, p, 6)
     assert_same_gradients(gpu, cpu)
     assert "unfused: one launch per parallel step" in tree_lstm.kernel_source("cuda", grad=True)
+
+
+def with_field_x(forest, values):
+    return rj.Forest(forest.child_ptr, forest.child_idx, forest.roots,
+                     {**forest.fields, "x": values}, forest.kind)
+
+
+@pytest.mark.parametrize("per_tree", [False, True], ids=["whole", "per-tree"])
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_gradients_through_a_gpu_field_are_the_host_fields(backend, per_tree):
+    """A GPU field stays in the forest's order until a CUDA run reorders it on the device;
+    the backward reads it in the linearized order too (the weight it multiplies)."""
+    x = np.random.default_rng(0).standard_normal((FOREST.num_nodes, 2))
+    on_host, on_gpu = with_field_x(FOREST, x), with_field_x(FOREST, cuda.to_device(x))
+    assert list(tree_lstm.linearize(FOREST).old_of_new) != list(range(FOREST.num_nodes))
+    p = fielded_params(4)
+    out, expected = fielded.vjp(on_host, p)
+    roots = cotangents([state.shape for state in out.roots], 5)
+    _, got = fielded.vjp(on_gpu, p, backend=backend)
+    assert_same_gradients(got(roots=roots, per_tree=per_tree),
+                          expected(roots=roots, per_tree=per_tree))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_a_jacobian_with_respect_to_a_gpu_field_is_the_host_fields(backend):
+    x = np.random.default_rng(1).standard_normal((FOREST.num_nodes, 2))
+    p = fielded_params(2)
+    np.testing.assert_allclose(
+        fielded.jacobian(with_field_x(FOREST, cuda.to_device(x)), p, wrt="x", backend=backend),
+        fielded.jacobian(with_field_x(FOREST, x), p, wrt="x"), rtol=1e-10, atol=1e-12)

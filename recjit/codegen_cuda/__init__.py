@@ -13,7 +13,7 @@ from ..lowering.backward import kept_shapes
 from ..lowering.lower import field_name
 from ..result import Result, rows_in_order
 from . import buffers, device, runtime
-from .buffers import DeviceBuffers
+from .buffers import DeviceBuffers, PackedArrays
 from .emit import emit_fused, emit_unfused, has_items_per_block
 from .packs import NO_PACKS
 from .plan import (UNUSED_TILE, LaunchPlan, grid_barriers_per_batch, plan_launch, planned_kernel,
@@ -183,33 +183,38 @@ class CudaKernel:
     def prepare(self, linearized, params, inputs, kept=None):
         """The kernel's arguments, the forest's arrays (`inputs`) copied to the device in one
         packed copy (and, unfused, those its host code reads), and the states they fill; the
-        arrays of the products it keeps for a backward, new for each run, into `kept` when it
-        is a dict. The first fused run sizes the grid to the blocks that fit (`fit_grid`)."""
+        arrays of the products it keeps for a backward, new for each run (`PackedArrays`),
+        into `kept` when it is a dict. The first fused run sizes the grid to the blocks that
+        fit (`fit_grid`)."""
         dtype = self.dtype
         scalars, forest_arrays = inputs
-        upload, on_device = forest_arrays, {}
-        if linearized.unpermuted:
-            on_device = {name: forest_arrays[field_name(name)]
-                         for name in sorted(linearized.unpermuted)
-                         if field_name(name) in forest_arrays}
-        if on_device:
-            reordered = {field_name(name) for name in on_device}
-            upload = {argument: values for argument, values in forest_arrays.items()
-                      if argument not in reordered}
-            upload["old_of_new"] = linearized.old_of_new
-        uploaded = self.buffers.forest(upload)
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
                                      self.kernel.states, dtype)
-        arrays = {**uploaded, **self.parameters(params, dtype), **states.views}
-        kept_arrays = {name: device.device_array(shape, dtype) for name, shape in
-                       kept_shapes(self.kernel.kept, linearized, scalars).items()}
+        arrays = {**self.uploaded(linearized, forest_arrays), **self.parameters(params, dtype),
+                  **states.views}
+        kept_arrays = kept_shapes(self.kernel.kept, linearized, scalars)
+        if kept_arrays:  # only a vjp's forward keeps products
+            kept_arrays = PackedArrays(kept_arrays, dtype).arrays
         arrays.update(kept_arrays)
         if kept is not None:
             kept.update(kept_arrays)
-        if on_device:
-            arrays.update(self.reordered_fields(on_device, uploaded["old_of_new"],
-                                                linearized.num_nodes, dtype))
         return self.arguments(scalars, arrays, forest_arrays), states
+
+    def uploaded(self, linearized, forest_arrays, host_arrays=None):
+        """Device arrays of the forest's arrays and of `host_arrays` ({name: NumPy array}),
+        copied up in one packed copy; GPU fields, still in the forest's order
+        (`Linearized.unpermuted`), put in the linearized order on the device."""
+        upload, on_device = dict(forest_arrays), {}
+        for name in sorted(linearized.unpermuted):
+            if field_name(name) in upload:
+                on_device[name] = upload.pop(field_name(name))
+        if on_device:
+            upload["old_of_new"] = linearized.old_of_new
+        uploaded = self.buffers.forest({**upload, **(host_arrays or {})})
+        if on_device:
+            uploaded.update(self.reordered_fields(on_device, uploaded["old_of_new"],
+                                                  linearized.num_nodes, self.dtype))
+        return uploaded
 
     def arguments(self, scalars, arrays, host_arrays):
         """The kernel's arguments in order: its scalars and arrays ({name: value}), its

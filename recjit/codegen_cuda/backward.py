@@ -15,13 +15,16 @@ from ..lowering.backward import (edge_cotangent_shapes, gradient_shapes, gradien
                                  with_gradient_sums)
 from ..lowering.ilir import ArgumentRole
 from . import CudaKernel, _running, device
+from .buffers import PackedArrays
 
 
 class CudaBackward(CudaKernel):
     """`backward(linearized, params, states, cotangents, kept, whole=True)`: the arrays the
     host reads, by name: with `whole`, each `GradientSum` and the `GradientRows` none sums;
     else (per-tree gradients) every `GradientRows`. `kept`: the products the forward kept
-    for it, by name, on the device (`Schedule(remat=False)`), or on the host."""
+    for it, by name, on the device (`Schedule(remat=False)`), or on the host. The host's
+    inputs (states, cotangents, products kept on the host) go up with the forest's arrays in
+    one packed copy, and the arrays read back come down in one copy (`PackedArrays`)."""
 
     @staticmethod
     def completed(kernel):
@@ -40,28 +43,27 @@ class CudaBackward(CudaKernel):
 
     def __call__(self, linearized, params, states, cotangents, kept=None, whole=True):
         with _running:
-            scalars, forest_arrays = forest_arguments(self.kernel, linearized)
-            arrays = {**self.buffers.forest(forest_arrays), **self.parameters(params, self.dtype)}
             kernel, dtype = self.kernel, self.dtype
+            scalars, forest_arrays = forest_arguments(kernel, linearized)
+            inputs = {**dict(zip(kernel.arrays_of(ArgumentRole.STATE), states)),
+                      **dict(zip(kernel.arrays_of(ArgumentRole.COTANGENT), cotangents)),
+                      **{name: np.zeros(shape, dtype) for name, shape in
+                         edge_cotangent_shapes(kernel, linearized, cotangents).items()},
+                      **(kept or {})}
+            on_device = {name: device.to_device(f"the backward's input {name!r}", values, dtype)
+                         for name, values in inputs.items() if not isinstance(values, np.ndarray)}
+            uploaded = self.uploaded(linearized, forest_arrays, {
+                name: np.asarray(values, dtype) for name, values in inputs.items()
+                if name not in on_device})
             sums = gradient_sums(kernel)
-            rows = {name: device.device_array(shape, dtype)
-                    for name, shape in gradient_shapes(kernel, linearized).items()}
-            totals = {total.total: device.device_array(total.shape, dtype) for total in sums}
-            arrays.update(rows)
-            arrays.update(totals)
-            arrays.update((name, device.to_device("a kept product", values, dtype))
-                          for name, values in (kept or {}).items())
-            arrays.update((name, device.to_device("a state", state, dtype))
-                          for name, state in zip(kernel.arrays_of(ArgumentRole.STATE), states))
-            arrays.update((name, device.to_device("a cotangent", cotangent, dtype))
-                          for name, cotangent in zip(kernel.arrays_of(ArgumentRole.COTANGENT),
-                                                     cotangents))
-            arrays.update(
-                (name, device.to_device("edge cotangents", np.zeros(shape, dtype), dtype))
-                for name, shape in edge_cotangent_shapes(kernel, linearized, cotangents).items())
+            shapes = {**gradient_shapes(kernel, linearized),
+                      **{total.total: total.shape for total in sums}}
+            left = ({part.name for total in sums for part in total.summed} if whole
+                    else {total.total for total in sums})
+            outputs = PackedArrays(shapes, dtype, [name for name in shapes if name not in left])
+            arrays = {**uploaded, **on_device, **self.parameters(params, dtype),
+                      **outputs.arrays}
             self.launch_all(self.arguments(scalars, arrays, forest_arrays))
-            if whole:
-                summed = {part.name for total in sums for part in total.summed}
-                rows = {name: values for name, values in rows.items() if name not in summed}
-                rows.update(totals)
-            return {name: values.copy_to_host() for name, values in rows.items()}
+            values = outputs.to_host()
+            self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
+            return values

@@ -150,6 +150,38 @@ class _States:
         self.borrower = None
 
 
+class PackedArrays:
+    """Device arrays of exact shapes ({name: shape}, all of `dtype`), views of one new
+    allocation, the `returned` ones first, so that they come back to the host in one copy.
+    For arrays sized by one forest's exact counts, which a later forest's would not fit as
+    they are (a backward's gradient rows, whose sums read their columns' count), and which a
+    pullback may keep while later runs go on (a forward's kept products): an allocation and
+    a copy in all, where an array each costs one each, and a free each."""
+
+    def __init__(self, shapes, dtype, returned=()):
+        names = list(returned) + [name for name in shapes if name not in returned]
+        layout = tuple((name, dtype, shapes[name]) for name in names)
+        spans, total = _packed(layout)
+        self.dtype = np.dtype(dtype)
+        self.buffer = device.device_array(total, np.uint8)
+        self.spans = {name: (begin, end, shape)
+                      for (name, _, shape), (begin, end) in zip(layout, spans)}
+        self.arrays = {name: self.buffer[begin:end].view(dtype).reshape(shape)
+                       for name, (begin, end, shape) in self.spans.items()}
+        self.returned = tuple(returned)
+
+    def to_host(self):
+        """The `returned` arrays, copied back in one synchronous copy, after the launches
+        queued before it."""
+        if not self.returned:
+            return {}
+        returned_bytes = self.spans[self.returned[-1]][1]
+        on_host = (self.buffer[:returned_bytes].copy_to_host() if returned_bytes
+                   else np.empty(0, np.uint8))
+        return {name: on_host[begin:end].view(self.dtype).reshape(shape)
+                for name, (begin, end, shape) in self.spans.items() if name in self.returned}
+
+
 class _Field:
     """A GPU field's rows in the linearized order: `array`, (bucketed rows,) + the field's
     other dimensions, which the kernel reads; `rows`, the same memory as (rows, columns),

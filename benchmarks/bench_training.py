@@ -111,9 +111,13 @@ class RecjitStep:
         gradients = pullback(nodes=(d_logits @ self.W_out, None))
         self.adagrad(self.W_out, self.squares_out[0], d_logits.T @ h, LR)
         self.adagrad(self.b_out, self.squares_out[1], d_logits.sum(axis=0), LR)
-        for name in self.params:
-            self.update(name, getattr(gradients.params, name))
+        self.update_cell(gradients.params)
         return loss
+
+    def update_cell(self, gradients):
+        """Adagrad's step for the cell's parameters."""
+        for name in self.params:
+            self.update(name, getattr(gradients, name))
 
     def update(self, name, gradient):
         """Adagrad's step for one of the cell's parameters (a gathered table's rows only)."""
@@ -133,34 +137,48 @@ class RecjitStep:
 
 
 class RecjitCudaStep(RecjitStep):
-    """`RecjitStep` on the GPU as a GPU training loop keeps it: the cell's parameters and
-    Adagrad's sums stay in GPU memory (`Params.to_device()`), which the forward and the
-    backward read without a copy; a step uploads the gradients the pullback returns and
-    updates the parameters there (a gathered table's rows only). The classifier's stay on
-    the host with the loss."""
+    """`RecjitStep` on the GPU as a GPU training loop keeps it: the cell's parameters in one
+    flat buffer in GPU memory, the embedding table's after the others', viewed as
+    `rj.DeviceParams` that the forward and the backward read without a copy, and Adagrad's
+    sums in another. A step uploads the dense gradients in one copy and updates them in one
+    launch, as PyTorch's multi-tensor Adagrad does, and the table's rows in another. The
+    classifier's parameters stay on the host with the loss."""
+
+    TABLE = "E"  # the cell's embedding table: its gradient is a `RowGrad`
 
     def __init__(self, initial):
         super().__init__(initial, "cuda")
-        self.on_device = rj.Params(**self.params).to_device()
-        self.squares = {name: cuda.to_device(value) for name, value in self.squares.items()}
+        names = [name for name in self.params if name != self.TABLE] + [self.TABLE]
+        ends = np.cumsum([self.params[name].size for name in names])
+        self.spans = {name: (end - self.params[name].size, end) for name, end in zip(names, ends)}
+        flat = np.concatenate([self.params[name].ravel() for name in names])
+        self.values, self.sums = cuda.to_device(flat), cuda.to_device(np.zeros_like(flat))
+        self.on_device = rj.DeviceParams(**{
+            name: self.values[begin:end].reshape(self.params[name].shape)
+            for name, (begin, end) in self.spans.items()})
+        self.dense = self.spans[self.TABLE][0]  # the dense parameters' elements, first
+        self.dense_gradient = np.empty(self.dense, flat.dtype)
+        begin, end = self.spans[self.TABLE]
+        shape = self.params[self.TABLE].shape
+        self.dense_views = (self.values[:self.dense], self.sums[:self.dense])
+        self.table_views = (self.values[begin:end].reshape(shape),
+                            self.sums[begin:end].reshape(shape))
 
     def cell_params(self):
         return self.on_device
 
-    def update(self, name, gradient):
-        value, squares = getattr(self.on_device, name), self.squares[name]
-        if isinstance(gradient, rj.RowGrad):
-            rows, values = gradient.indices, gradient.values
-            count, lr = values.size, EMBEDDING_LR
-            arguments = (cuda.to_device(rows), cuda.to_device(values))
-            kernel = adagrad_rows_on_device
-        else:  # each a flat view, the parameter's elements in order
-            count, lr = gradient.size, LR
-            value, squares = value.reshape(count), squares.reshape(count)
-            arguments = (cuda.to_device(np.ascontiguousarray(gradient).reshape(count)),)
-            kernel = adagrad_on_device
-        if count:
-            kernel[-(-count // 256), 256](value, squares, *arguments, lr, EPSILON)
+    def update_cell(self, gradients):
+        for name, (begin, end) in self.spans.items():
+            if name != self.TABLE:
+                self.dense_gradient[begin:end] = np.ravel(getattr(gradients, name))
+        if self.dense:
+            adagrad_on_device[-(-self.dense // 256), 256](
+                *self.dense_views, cuda.to_device(self.dense_gradient), LR, EPSILON)
+        table = getattr(gradients, self.TABLE)
+        if table.values.size:
+            adagrad_rows_on_device[-(-table.values.size // 256), 256](
+                *self.table_views, cuda.to_device(table.indices),
+                cuda.to_device(table.values), EMBEDDING_LR, EPSILON)
 
 
 @cuda.jit

@@ -3,7 +3,7 @@
 # and stays warm only seconds between calls). Run from the repository root:
 #     tools/gpu_session.sh STAGE...      (stages: facts cuda-tests all-tests profile products
 #                                        levels refactor ranges variants quick-bench bench
-#                                        training ablation)
+#                                        training training-profile ablation)
 # SST trees are read from $TREES (default .gpu/test.txt, a copy carried with the call, since
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
@@ -21,7 +21,9 @@
 # the default's, as MV-RNN's unranged, comes from numba's cache), VARIANTS_ARGS to
 # gpu_schedules.py); training, VPPS's training step (X=H=256, batches of 1, 10 and 25) with
 # recjit's vjp on the GPU and PyTorch level-batched on CUDA, from .gpu/train.txt, TRAINING_ARGS
-# to bench_training.py).
+# to bench_training.py); training-profile, that step's phases timed and its device calls
+# counted, ~60 s with its kernels compiled (tools/gpu_training_profile.py, from .gpu/train.txt,
+# TRAINING_PROFILE_ARGS to it).
 # PROFILE_ARGS and BENCH_ARGS (default --machine gpu-quick) go to gpu_profile.py and bench.py.
 # The full bench takes more than one call's 600 s on an H100 (third GPU session), more with
 # DyNet carried in: run it in several calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1",
@@ -125,6 +127,8 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             ${FULL_BENCH_ARGS:-} ;;
         training) stage training ${TRAINING_LIMIT:-240} python3 benchmarks/bench_training.py \
             --vpps --cuda --data .gpu ${TRAINING_ARGS:---machine gpu-training} ;;
+        training-profile) stage training-profile ${TRAINING_PROFILE_LIMIT:-200} python3 \
+            tools/gpu_training_profile.py --data .gpu ${TRAINING_PROFILE_ARGS:-} ;;
         ablation) stage ablation ${ABLATION_LIMIT:-400} python3 benchmarks/ablation.py --cuda \
             --trees "$TREES" ${ABLATION_ARGS:-} ;;
         *) echo "unknown stage $name"; exit 2 ;;

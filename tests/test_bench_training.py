@@ -1,0 +1,30 @@
+"""The training benchmark's GPU contestant is the CPU one's step: `RecjitCudaStep`, its
+parameters in one flat device buffer and Adagrad on the device, takes the steps that
+`RecjitStep` takes on the host (numba's simulator, float64)."""
+import os
+import sys
+
+import numpy as np
+
+import recjit as rj
+from train_sst import initial_parameters
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from bench_training import RecjitCudaStep, RecjitStep  # noqa: E402
+
+TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2 h)",
+         "(4 (3 (3 a) (4 (2 b) (4 i))) (2 j))"]
+
+
+def test_the_gpu_step_takes_the_cpu_steps_losses_and_parameters():
+    vocab = {}
+    batches = [rj.Forest.from_ptb(TREES[:2], vocab=vocab),
+               rj.Forest.from_ptb(TREES[2:], vocab=vocab)]
+    initial = initial_parameters(len(vocab), 4, 3, seed=0, dtype="float64")
+    on_host, on_gpu = RecjitStep(initial), RecjitCudaStep(initial)
+    for forest in batches * 2:
+        np.testing.assert_allclose(on_gpu(forest), on_host(forest), rtol=1e-10)
+    for name, value in on_host.params.items():
+        np.testing.assert_allclose(getattr(on_gpu.on_device, name).copy_to_host(), value,
+                                   rtol=1e-10, atol=1e-12)
+    assert not np.array_equal(on_host.params["U_iou"], initial["U_iou"])

@@ -1,0 +1,129 @@
+"""Where a GPU training step spends its time: `bench_training.py`'s `RecjitCudaStep` (child-sum
+TreeLSTM, X=H=256 unless told, SST train trees), each of its phases synchronized and timed, the
+device calls each phase makes (allocations, copies, launches), and the host's share by
+function (cProfile). Runs in numba's simulator too (NUMBA_ENABLE_CUDASIM=1), where only the
+counts mean anything.
+
+    python tools/gpu_training_profile.py [--data .gpu] [--batches 1,10,25] [--hidden 256]"""
+import argparse
+import cProfile
+import functools
+import os
+import pstats
+import sys
+import time
+from collections import Counter
+
+import numpy as np
+from numba import cuda
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
+import bench_training  # noqa: E402
+from bench_training import LR, RecjitCudaStep, sst_batches, sst_lines  # noqa: E402
+from train_sst import initial_parameters  # noqa: E402
+
+from recjit.codegen_cuda import device  # noqa: E402
+
+PHASES = ("vjp (forward)", "loss (host)", "pullback", "adagrad")
+
+
+class DeviceCalls:
+    """Counts, by name, the calls of the device functions a step goes through: recjit's own
+    (`codegen_cuda.device`), and numba's copies and uploads that the benchmark's step makes."""
+
+    def __init__(self):
+        self.counts = Counter()
+        array_type = type(cuda.device_array(1))
+        self.patched = [(device, name) for name in
+                        ("to_device", "device_array", "pinned_array", "synchronize")]
+        self.patched += [(device.Copies, "queue_to_device"), (device.Copies, "to_host"),
+                         (device.CooperativeLaunch, "__call__"), (array_type, "copy_to_host"),
+                         (cuda, "to_device")]
+        for owner, name in self.patched:
+            setattr(owner, name, self.counted(owner, name, getattr(owner, name)))
+
+    def counted(self, owner, name, function):
+        label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"
+
+        @functools.wraps(function)
+        def call(*args, **kwargs):
+            self.counts[label] += 1
+            return function(*args, **kwargs)
+        return call
+
+    def take(self):
+        counts, self.counts = self.counts, Counter()
+        return counts
+
+
+def phased_step(step, forest, laps):
+    """`RecjitCudaStep.__call__`, synchronized and timed after each of its PHASES."""
+    clock = time.perf_counter()
+
+    def lap(phase):
+        nonlocal clock
+        cuda.synchronize()
+        now = time.perf_counter()
+        laps[phase].append(1e3 * (now - clock))
+        clock = now
+
+    out, pullback = bench_training.child_sum_tree_lstm.vjp(forest, step.cell_params(),
+                                                           backend="cuda")
+    lap("vjp (forward)")
+    h = out.nodes[0]
+    logits = h @ step.W_out.T + step.b_out
+    logits -= logits.max(axis=1, keepdims=True)
+    probabilities = np.exp(logits)
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    labels = forest.fields["label"]
+    probabilities[np.arange(labels.size), labels] -= 1
+    lap("loss (host)")
+    gradients = pullback(nodes=(probabilities @ step.W_out, None))
+    lap("pullback")
+    step.adagrad(step.W_out, step.squares_out[0], probabilities.T @ h, LR)
+    step.adagrad(step.b_out, step.squares_out[1], probabilities.sum(axis=0), LR)
+    step.update_cell(gradients.params)
+    lap("adagrad")
+
+
+def profile(batches, hidden, vocab, steps, calls):
+    initial = initial_parameters(len(vocab), hidden, hidden, seed=0)
+    step = RecjitCudaStep(initial)
+    step(batches[0])  # compiles
+    laps = {phase: [] for phase in PHASES}
+    calls.take()
+    for forest in (batches * steps)[:steps]:
+        phased_step(step, forest, laps)
+    counts = calls.take()
+    nodes = int(np.median([forest.num_nodes for forest in batches]))
+    print(f"\n## batches of {len(batches[0].roots)} trees (median {nodes} nodes), "
+          f"X=H={hidden}, {steps} steps: median ms a phase, "
+          + ", ".join(f"{phase} {np.median(times):.3f}" for phase, times in laps.items())
+          + f"; the whole step {np.median(np.sum(list(laps.values()), axis=0)):.3f}")
+    print("device calls a step: " + ", ".join(
+        f"{name} {count / steps:g}" for name, count in sorted(counts.items())), flush=True)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for forest in (batches * steps)[:steps]:
+        step(forest)
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=".gpu")
+    parser.add_argument("--batches", default="1,10,25", help="trees a batch, comma-separated")
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    calls = DeviceCalls()
+    vocab = {}
+    for size in map(int, args.batches.split(",")):
+        lines = sst_lines(os.path.join(args.data, "train.txt"), 4 * size)
+        profile(sst_batches(lines, size, vocab), args.hidden, vocab, args.steps, calls)
+
+
+if __name__ == "__main__":
+    main()

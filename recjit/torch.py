@@ -6,8 +6,11 @@ was given: an `autograd.Function` whose forward is `model.vjp` and whose backwar
 pullback. `Module(model, **initial)` holds the parameters as `nn.Parameter`s.
 
 CPU tensors go in and come out without a copy (NumPy views of the same memory); with
-`backend="cuda"` the forward and the backward compute on the GPU from them. A CUDA tensor is
-refused by name, as is a second derivative, which the pullback does not have."""
+`backend="cuda"` the forward and the backward compute on the GPU from them. CUDA tensors
+(all of one device) compute on the GPU: the parameters, fields and context are read in place
+through `__cuda_array_interface__`, and the states and gradients come back as tensors on
+that device, through the host. A second derivative, which the pullback does not have, is
+refused."""
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +18,7 @@ import torch
 
 from .errors import InputError, RecJitError
 from .linearize import Forest
-from .params import Params
+from .params import DeviceParams, Params
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     `context`: the cell's arguments after `p`, tensors or numbers. `sparse`: the names of
     tables the cell only gathers rows from whose gradient is a sparse COO tensor (as
     `nn.Embedding(sparse=True)` gives), not a dense one. `backend`: "cpu" (None) or "cuda",
-    where `model.vjp` computes; the tensors are CPU tensors either way."""
+    where `model.vjp` computes: with CPU tensors, the CPU unless told; with CUDA tensors, the
+    GPU."""
     if backend not in (None, "cpu", "cuda"):
         raise RecJitError(f"recjit.torch computes with backend='cpu' or backend='cuda', not "
                           f"backend={backend!r}")
@@ -48,36 +52,62 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
               + [("field", name, fields[name]) for name in sorted(fields)]
               + [("context", str(position), value) for position, value in enumerate(context)])
     tensors = [value for _, _, value in inputs if isinstance(value, torch.Tensor)]
-    for kind, name, value in inputs:
-        if isinstance(value, torch.Tensor) and value.device.type != "cpu":
-            raise RecJitError(f"{kind} {name!r} is on {value.device}; recjit.torch takes CPU "
-                              "tensors (backend='cuda' computes on the GPU from them): move "
-                              "it with .cpu()")
-    layout = _Layout(model, forest, tuple(inputs), tuple(sparse), backend or "cpu")
+    device = _device_of(inputs, backend)
+    layout = _Layout(model, forest, tuple(inputs), tuple(sparse),
+                     "cuda" if device.type == "cuda" else backend or "cpu", device)
     outputs = _RecursiveFunction.apply(layout, *tensors)
     count = len(outputs) // 2
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
+
+
+def _device_of(inputs, backend):
+    """The one device of the tensors among `inputs` ((kind, name, value), ...): the CPU, or
+    one CUDA device, which takes `backend` "cuda" or None; anything else is refused, naming a
+    tensor."""
+    placed = {}
+    for kind, name, value in inputs:
+        if isinstance(value, torch.Tensor):
+            if value.device.type not in ("cpu", "cuda"):
+                raise RecJitError(f"{kind} {name!r} is on {value.device}; recjit.torch takes "
+                                  "CPU or CUDA tensors")
+            placed.setdefault(value.device, f"{kind} {name!r}")
+    if len(placed) > 1:
+        (first, one), (second, other) = list(placed.items())[:2]
+        raise RecJitError(f"{one} is on {first} and {other} on {second}; recjit.torch takes "
+                          "the tensors of one call on one device")
+    device = next(iter(placed), torch.device("cpu"))
+    if device.type == "cuda" and backend == "cpu":
+        raise RecJitError(f"{placed[device]} is on {device}, and backend='cpu' computes on the "
+                          "host: leave backend out (CUDA tensors compute on the GPU), or move "
+                          "the tensors with .cpu()")
+    return device
 
 
 @dataclass(frozen=True)
 class _Layout:
     """What `_RecursiveFunction` needs besides the tensors: the model, the forest, every input
     as (kind, name, value) in order (a tensor's value is the tensor passed beside it), the
-    tables whose gradient is sparse, and the backend that computes."""
+    tables whose gradient is sparse, the backend that computes, and the tensors' device, where
+    the outputs and the gradients go."""
 
     model: object
     forest: Forest
     inputs: tuple
     sparse: tuple
     backend: str
+    device: torch.device
 
     def arguments(self, tensors):
-        """(Params, forest with its fields replaced, context) as NumPy views of `tensors`."""
+        """(Params, forest with its fields replaced, context) as NumPy views of `tensors`, or,
+        for CUDA tensors, the tensors themselves (C-contiguous), which recjit reads through
+        `__cuda_array_interface__` (`DeviceParams`, GPU fields)."""
         values = iter(tensors)
         params, fields, context = {}, {}, []
+        on_gpu = self.device.type == "cuda"
         for kind, name, value in self.inputs:
             if isinstance(value, torch.Tensor):
-                value = next(values).detach().numpy()
+                value = next(values).detach()
+                value = value.contiguous() if on_gpu else value.numpy()
             if kind == "parameter":
                 params[name] = value
             elif kind == "field":
@@ -92,7 +122,7 @@ class _Layout:
                                      f"has {forest.num_nodes} nodes")
             forest = Forest(forest.child_ptr, forest.child_idx, forest.roots,
                             {**forest.fields, **fields}, forest.kind)
-        return Params(**params), forest, tuple(context)
+        return (DeviceParams if on_gpu else Params)(**params), forest, tuple(context)
 
 
 class _RecursiveFunction(torch.autograd.Function):
@@ -106,15 +136,14 @@ class _RecursiveFunction(torch.autograd.Function):
                                             backend=layout.backend)
         ctx.layout, ctx.pullback = layout, pullback
         ctx.set_materialize_grads(False)
-        outputs = tuple(torch.from_numpy(np.ascontiguousarray(state))
-                        for state in result.nodes + result.roots)
-        return outputs
+        return tuple(torch.from_numpy(np.ascontiguousarray(state)).to(layout.device)
+                     for state in result.nodes + result.roots)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
         count = len(cotangents) // 2
-        as_arrays = [None if c is None else c.detach().numpy() for c in cotangents]
+        as_arrays = [None if c is None else c.detach().cpu().numpy() for c in cotangents]
         nodes, roots = tuple(as_arrays[:count]), tuple(as_arrays[count:])
         single = count == 1 and not ctx.pullback.cell.state_is_tuple
         gradients = ctx.pullback(roots=roots[0] if single else roots,
@@ -145,9 +174,11 @@ def _as_tensor(gradient, like, sparse):
         if sparse:
             return torch.sparse_coo_tensor(  # the rows are unique and sorted: coalesced
                 torch.from_numpy(gradient.indices)[None], torch.from_numpy(gradient.values),
-                like.shape, dtype=like.dtype, is_coalesced=True, check_invariants=False)
+                like.shape, dtype=like.dtype, device=like.device, is_coalesced=True,
+                check_invariants=False)
         gradient = gradient.to_dense()
-    return torch.as_tensor(np.asarray(gradient), dtype=like.dtype).reshape(like.shape)
+    return torch.as_tensor(np.asarray(gradient), dtype=like.dtype,
+                           device=like.device).reshape(like.shape)
 
 
 class Module(torch.nn.Module):

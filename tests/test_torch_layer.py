@@ -214,3 +214,67 @@ def test_a_tensor_the_cell_does_not_read_gets_no_gradient_and_the_others_theirs(
                    fields={"x": unread, "word": words}).nodes[0].sum().backward()
     assert unused.grad is None and unread.grad is None
     assert all(value.grad is not None for value in params.values())
+
+
+def test_a_tensor_on_a_device_other_than_cpu_or_cuda_is_refused_naming_it():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    params = dict(module().named_parameters())
+    params["U_f"] = torch.empty(params["U_f"].shape, dtype=torch.float64, device="meta")
+    with pytest.raises(rj.RecJitError, match="parameter 'U_f' is on meta"):
+        rj.torch.apply(child_sum_tree_lstm, forest, params)
+
+
+needs_cuda_torch = pytest.mark.skipif(not torch.cuda.is_available(),
+                                      reason="needs a CUDA build of PyTorch and a GPU")
+
+
+@needs_cuda_torch
+def test_cuda_tensors_give_the_cpu_tensors_states_and_gradients_on_their_device():
+    """A `Module` moved to the GPU computes there (`backend="cuda"` implied), reading its
+    parameters in place; its states and gradients are CUDA tensors, sparse ones too."""
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 c))", "(0 (1 d) (0 (2 e) (1 f)))"])
+    layers = [module(sparse=("E",)), module(sparse=("E",)).to("cuda")]
+    weights = np.random.default_rng(3).normal(size=(forest.num_nodes, HIDDEN))
+    states = []
+    for layer in layers:
+        out = layer(forest)
+        states.append(out.roots[0].detach().cpu().numpy())
+        (out.nodes[0] * torch.from_numpy(weights).to(out.nodes[0].device)).sum().backward()
+    np.testing.assert_allclose(states[1], states[0], rtol=1e-12)
+    cpu, gpu = (dict(layer.named_parameters()) for layer in layers)
+    for name in cpu:
+        assert gpu[name].grad.device.type == "cuda"
+        np.testing.assert_allclose(gpu[name].grad.to_dense().cpu().numpy(),
+                                   cpu[name].grad.to_dense().numpy(), rtol=1e-10, atol=1e-12,
+                                   err_msg=name)
+
+
+@needs_cuda_torch
+def test_a_cuda_field_computed_upstream_gets_the_cpu_fields_gradient():
+    forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=VOCAB)
+    rng = np.random.default_rng(0)
+    params = {name: rng.normal(size=shape) / 2 for name, shape in
+              (("E", (VOCAB, HIDDEN)), ("W", (HIDDEN, HIDDEN)), ("U", (HIDDEN, HIDDEN)))}
+    words = torch.from_numpy(forest.fields["word"]).clamp(min=-1) + 1
+    grads = []
+    for device in ("cpu", "cuda"):
+        torch.manual_seed(0)
+        embedding = torch.nn.Embedding(VOCAB + 1, HIDDEN, dtype=torch.float64).to(device)
+        tensors = {name: torch.from_numpy(value).to(device) for name, value in params.items()}
+        out = rj.torch.apply(fielded, forest, tensors, fields={"x": embedding(words.to(device))})
+        out.roots[0].sum().backward()
+        grads.append(embedding.weight.grad.cpu().numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-10, atol=1e-12)
+
+
+@needs_cuda_torch
+def test_cuda_and_cpu_tensors_in_one_call_are_refused_naming_both():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    params = dict(module().named_parameters())
+    params["U_f"] = params["U_f"].detach().cuda()
+    with pytest.raises(rj.RecJitError, match="on cpu and parameter 'U_f' on cuda"):
+        rj.torch.apply(child_sum_tree_lstm, forest, params)
+    with pytest.raises(rj.RecJitError, match="backend='cpu' computes on the host"):
+        rj.torch.apply(child_sum_tree_lstm, forest,
+                       {name: value.detach().cuda() for name, value in params.items()},
+                       backend="cpu")

@@ -98,7 +98,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
             tests/test_cuda_backward.py tests/test_cuda.py tests/test_cuda_runtime.py \
             tests/test_context.py tests/test_schedule.py tests/test_ieee_semantics.py \
-            tests/test_prepare.py ;;
+            tests/test_prepare.py tests/test_torch_layer.py ;;
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
         profile) stage profile ${PROFILE_LIMIT:-150} python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;

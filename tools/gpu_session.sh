@@ -30,9 +30,9 @@
 # then the other models as NAME-2, ..., and `bench.py --merge` the parts. A call that its limit
 # stops leaves the rows it measured in NAME-k.partial.json, which --merge takes as well.
 # BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py.
-# After each stage the kernel cache goes to $OUT/kernels.tgz; copy it to .gpu/ here and the
-# next call (carry .gpu) starts with those kernels compiled. The device tool brings back 8
-# files a call: a call of many stages may want fewer.
+# After each stage the kernel cache goes to $OUT/kernels.tar.xz.part-aa, -ab (at most 2 parts of
+# 15 MiB); copy them to .gpu/ here and the next call (carry .gpu) starts with those kernels
+# compiled. The device tool brings back 8 files a call: a call of many stages may want fewer.
 set -u
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD RECJIT_CACHE_DIR=${RECJIT_CACHE_DIR:-/tmp/recjit-cache}
 OUT=${OUT:-$PWD/gpu-out}
@@ -45,24 +45,33 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
-# The kernels earlier calls compiled (each call's $OUT/kernels.tgz, copied to .gpu/ and
-# carried back in): a fused kernel takes 15-30 s to compile on the device machine, which
-# starts bare whenever it went idle between calls. numba's cache takes them as they are
-# (recjit/generated.py gives every generated file one modification time).
-if [ -f .gpu/kernels.tgz ]; then
-    mkdir -p "$RECJIT_CACHE_DIR" && tar -xzf .gpu/kernels.tgz -C "$RECJIT_CACHE_DIR" \
+# The kernels earlier calls compiled (each call's $OUT/kernels.tar.xz.part-*, copied to .gpu/
+# and carried back in): a fused kernel takes 15-190 s to compile on the device machine, which
+# starts bare whenever it went idle between calls, and the seventh session's calls spent most
+# of their time compiling. numba's cache takes them as they are (recjit/generated.py gives
+# every generated file one modification time).
+if ls .gpu/kernels.tar.xz.part-* >/dev/null 2>&1; then
+    mkdir -p "$RECJIT_CACHE_DIR" && cat .gpu/kernels.tar.xz.part-* \
+        | tar -xJf - -C "$RECJIT_CACHE_DIR" \
         && echo "=== kernels carried in: $(ls "$RECJIT_CACHE_DIR/kernels" | wc -l) files"
 fi
 MARK=$(mktemp)  # results written after this are copied to $OUT
 
-# The kernel cache, for the next call to carry in, if it fits in a file the device tool brings
-# back (16 MiB).
+# The kernel cache, for the next call to carry in, in parts of the files the device tool brings
+# back (16 MiB each), if it fits in two: the wheels (~23 MiB) and two parts keep what a call
+# carries under its 64 MiB.
 save_kernels() {
     [ -d "$RECJIT_CACHE_DIR/kernels" ] || return
-    tar -czf "$OUT/kernels.tgz" -C "$RECJIT_CACHE_DIR" kernels
-    if [ "$(stat -c %s "$OUT/kernels.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-        rm "$OUT/kernels.tgz"
-        echo "=== the kernel cache is over 15 MiB compressed: not kept"
+    rm -f "$OUT"/kernels.tar.xz.part-*
+    tar -cf - -C "$RECJIT_CACHE_DIR" kernels | xz -T0 -6 \
+        | split -b 15M - "$OUT/kernels.tar.xz.part-"
+    local parts
+    parts=$(ls "$OUT"/kernels.tar.xz.part-* | wc -l)
+    if [ "$parts" -gt 2 ]; then
+        rm -f "$OUT"/kernels.tar.xz.part-*
+        echo "=== the kernel cache is over 30 MiB compressed: not kept"
+    else
+        echo "=== the kernel cache: $parts part(s) in $OUT"
     fi
 }
 

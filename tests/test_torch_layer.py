@@ -220,7 +220,7 @@ def test_a_tensor_on_a_device_other_than_cpu_or_cuda_is_refused_naming_it():
     forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
     params = dict(module().named_parameters())
     params["U_f"] = torch.empty(params["U_f"].shape, dtype=torch.float64, device="meta")
-    with pytest.raises(rj.RecJitError, match="parameter 'U_f' is on meta"):
+    with pytest.raises(rj.InputError, match="parameter 'U_f' is on meta"):
         rj.torch.apply(child_sum_tree_lstm, forest, params)
 
 
@@ -272,9 +272,9 @@ def test_cuda_and_cpu_tensors_in_one_call_are_refused_naming_both():
     forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
     params = dict(module().named_parameters())
     params["U_f"] = params["U_f"].detach().cuda()
-    with pytest.raises(rj.RecJitError, match="on cpu and parameter 'U_f' on cuda"):
+    with pytest.raises(rj.InputError, match="on cpu and parameter 'U_f' on cuda"):
         rj.torch.apply(child_sum_tree_lstm, forest, params)
-    with pytest.raises(rj.RecJitError, match="backend='cpu' computes on the host"):
+    with pytest.raises(rj.InputError, match="backend='cpu' computes on the host"):
         rj.torch.apply(child_sum_tree_lstm, forest,
                        {name: value.detach().cuda() for name, value in params.items()},
                        backend="cpu")

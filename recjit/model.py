@@ -515,7 +515,8 @@ class RecursiveModel:
                 kernel = lower_backward(cell, adjoints, compiled.schedule.row_block, wanted,
                                         shared_children=self.kind == "dag",
                                         kept=compiled.kernel.kept,
-                                        distinct_key=compiled.kernel.distinct_key)
+                                        distinct_key=compiled.kernel.distinct_key,
+                                        gradient_columns=key[0] != "cpu")
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:
@@ -716,8 +717,12 @@ def _backward_line(backward, backend):
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
                 "(the backward lowering does not take one of the cell's constructs yet)")
     if backend == "cpu":
-        return ("the backward is one call of the numba parallel kernel above; the host then "
-                "multiplies each weight's rows (Σ a ⊗ b as one product) and sums the others")
+        reordered = ("; a node's per-child work runs after its own values, child by child "
+                     "with the elements innermost (`vals_...` rows)"
+                     if backward.children_after else "")
+        return ("the backward is one call of the numba parallel kernel above" + reordered
+                + "; the host then multiplies each weight's rows (Σ a ⊗ b as one product, "
+                "the rows transposed in tiles) and sums the others")
     return (f"the backward is the kernel above on the GPU ({backward.describe()}); the host "
             "sums the rows of the other gradients, and every weight's rows for per-tree "
             "gradients")

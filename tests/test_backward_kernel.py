@@ -11,6 +11,9 @@ from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
+from recjit.codegen_cpu.child_loops import children_after
+from recjit.lowering import ilir
+
 from conftest import random_dags, seeds
 from test_gradients import HIDDEN, VOCAB, pullback_and_cotangents
 
@@ -144,3 +147,74 @@ def test_explain_with_grad_says_whether_the_forward_keeps_its_products():
     assert "remat: the forward keeps" in tree_lstm.explain(forest, p, grad=True)
     assert "remat: the backward recomputes" in tree_lstm.explain(
         forest, p, grad=True, schedule=rj.Schedule(remat=True))
+
+
+CHILD_SUM_FOREST = rj.Forest.from_nested([((1, 2, 3), (4, (5, 0))), (0, 1, 2)])
+
+
+def edge_loops_holding_element_loops(body):
+    return [loop for loop in ilir.nodes(body, ilir.Loop)
+            if loop.role is ilir.LoopRole.EDGES
+            and any(inner.element for inner in ilir.nodes(loop.body, ilir.Loop))]
+
+
+def test_a_child_sum_backward_runs_each_childs_part_after_the_nodes_child_by_child():
+    """On the CPU, what a node sends each child leaves the loop over the node's elements:
+    one loop over its edges, the elements innermost (`child_loops.py`)."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p,
+                                                     3)
+    backward = pullback.compiled
+    assert backward.children_after
+    assert not edge_loops_holding_element_loops(backward.kernel.body)
+    assert edge_loops_holding_element_loops(backward.planned.body)
+    assert "vals_v" in backward.source
+    got = pullback(roots=roots, nodes=nodes)
+    expected = pullback.interpreted()(roots=roots, nodes=nodes)
+    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f"):
+        np.testing.assert_allclose(getattr(got.params, name), getattr(expected.params, name),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def element_loop(*body):
+    return ilir.Loop("k", ilir.Const(0), ilir.Const(4), body, ilir.LoopRole.ELEMENTS)
+
+
+def edge_loop(*body):
+    node = ilir.Var("node")
+    return ilir.Loop("edge", ilir.Load("child_ptr", (node,)),
+                     ilir.Load("child_ptr", (ilir.add(node, 1),)),
+                     (ilir.Let("child", ilir.Load("child_idx", (ilir.Var("edge"),))),) + body,
+                     ilir.LoopRole.EDGES)
+
+
+K, NODE, CHILD = ilir.Var("k"), ilir.Var("node"), ilir.Var("child")
+
+
+def test_an_element_loop_is_split_where_each_part_reads_what_it_read_before():
+    """A node's part reads the cotangent at its own row; the edge loop adds to the child's."""
+    loop = element_loop(
+        ilir.Let("g", ilir.Load("cot", (NODE, K))),
+        edge_loop(ilir.Store("cot", (CHILD, K), ilir.BinOp("+", ilir.Load("cot", (CHILD, K)),
+                                                           ilir.Var("g")))))
+    split = children_after(loop)
+    assert split != (loop,)
+    assert edge_loops_holding_element_loops(split)
+
+
+def test_an_element_loop_is_left_whole_where_an_edge_loop_reads_what_the_node_writes():
+    loop = element_loop(
+        ilir.Store("x", (NODE, K), ilir.Const(1.0)),
+        edge_loop(ilir.Store("y", (CHILD, K), ilir.Load("x", (NODE, ilir.add(K, 1))))))
+    assert children_after(loop) == (loop,)
+
+
+def test_the_cpus_weight_gradients_are_rows_a_node_and_the_gpus_columns():
+    """Contiguous stores in the CPU kernel's vectorized loops; the layout the GPU's sums
+    read."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
+    pairs = [rows for rows in pullback.compiled.kernel.gradients if rows.pair]
+    assert pairs and not any(rows.columns for rows in pairs)
+    _, on_gpu = child_sum_tree_lstm.vjp(CHILD_SUM_FOREST, p, backend="cuda")
+    assert all(rows.columns for rows in on_gpu.compiled.kernel.gradients if rows.pair)

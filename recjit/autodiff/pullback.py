@@ -97,9 +97,9 @@ class Pullback:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
                 sink.param(output.attrs[0], values.T if output.columns else values, nodes)
-            elif output.effect == "grad_param_outer":
+            elif output.effect == "grad_param_outer":  # a node's vector a row
                 products.setdefault(output.pair, [output.attrs[0], nodes, None, None])[
-                    2 + output.side] = values
+                    2 + output.side] = values.T if output.columns else values
             elif output.effect == "grad_table":
                 table, field = output.attrs
                 row_shape = tuple(self.cell.parameters[table][1:])
@@ -107,11 +107,11 @@ class Pullback:
                           values.reshape((-1,) + row_shape), nodes)
             else:
                 sink.field(output.attrs[0], nodes, values)
-        for name, nodes, a_columns, b_columns in products.values():
+        for name, nodes, a_rows, b_rows in products.values():
             if sink.trees is None:
-                sink.add(name, self.compiled.weight_gradient(a_columns, b_columns))
+                sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
             else:
-                sink.outer(name, a_columns.T, b_columns.T, nodes)
+                sink.outer(name, a_rows, b_rows, nodes)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""

@@ -9,12 +9,14 @@ from ..lowering.backward import edge_cotangent_shapes, gradient_shapes, kept_sha
 from ..lowering.ilir import ArgumentRole
 from ..result import Result
 from . import calls, runtime
+from .child_loops import plan_children_after
 from .child_sums import plan_sums_first
 from .emit import emit_source
 from .launch import Launcher
 
 guard_caches(runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
+_transpose = Launcher(calls.transpose, "recjit_cpu_transpose")
 
 
 @functools.cache
@@ -38,7 +40,7 @@ class GeneratedKernel:
     def __init__(self, kernel, fast_math, pack_from_nodes, header):
         keep_large_blocks_in_the_heap()
         self.kernel = kernel
-        self.planned = plan_sums_first(kernel)  # the CPU's passes, before its emitter
+        self.planned = self.plan(kernel)  # the CPU's passes, before its emitter
         self.pack_from_nodes = pack_from_nodes
         self.dtype = np.dtype(kernel.dtype)
         self.parameters = kernel_parameters(kernel)
@@ -47,6 +49,11 @@ class GeneratedKernel:
         module = load_module(self.source, kernel.name, (runtime.__file__, calls.__file__))
         self.function = getattr(module, kernel.name)
         self.launch = Launcher(self.function, module.__name__)
+
+    @staticmethod
+    def plan(kernel):
+        """The lowered kernel as the CPU runs it."""
+        return plan_sums_first(kernel)
 
     def launch_with(self, scalars, arrays, params):
         """Call the kernel with these scalars and arrays by name, the parameters added."""
@@ -118,6 +125,14 @@ class CpuBackward(GeneratedKernel):
                          f"`{kernel.name[:-len('_backward')]}` ({kernel.dtype}, "
                          f"{_math(fast_math)} math).")
         self.row_block = row_block
+        # Whether the CPU's pass moved a node's per-child work out of its element loops.
+        self.children_after = self.planned != plan_sums_first(kernel)
+
+    @staticmethod
+    def plan(kernel):
+        """The backward kernel as the CPU runs it: its sums over children first, its per-child
+        work after the node's own (`child_loops.py`)."""
+        return plan_children_after(plan_sums_first(kernel))
 
     def __call__(self, linearized, params, states, cotangents, kept=None, whole=True):
         """The `GradientRows` arrays, by name, for these cotangents, which it adds to;
@@ -136,9 +151,22 @@ class CpuBackward(GeneratedKernel):
         self.launch_with(scalars, arrays, params)
         return gradients
 
-    def weight_gradient(self, a_columns, b_columns):
-        """Σ a ⊗ b over the columns (a node's each) of a `GradientRows` pair: one product."""
+    def weight_gradient(self, a_rows, b_rows):
+        """Σ a ⊗ b over the rows (a node's each) of a `GradientRows` pair: one product of
+        the vectors as columns, the contraction over the nodes contiguous, which rows stored
+        as rows are transposed into first, in tiles (`calls.transpose`)."""
+        a_columns, b_columns = (self.columns_of(rows) for rows in (a_rows, b_rows))
         product = np.empty((a_columns.shape[0], b_columns.shape[0]), dtype=self.dtype)
         _weight_gradient(b_columns, a_columns, product, self.row_block,
                          size=product.size * a_columns.shape[1])
         return product
+
+    @staticmethod
+    def columns_of(rows):
+        """`rows` (a node's vector each) as a C-contiguous array of a node's vector a column:
+        their own memory when they are a transposed view of one."""
+        if rows.T.flags.c_contiguous:
+            return rows.T
+        columns = np.empty(rows.shape[::-1], dtype=rows.dtype)
+        _transpose(rows, columns, size=rows.size)
+        return columns

@@ -109,6 +109,27 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
 
 
+# The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.
+TRANSPOSE_TILE = 16
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def transpose(workers, rows, columns):
+    """columns[j, i] = rows[i, j], a tile of TRANSPOSE_TILE × TRANSPOSE_TILE at a time, so
+    that both sides are read and written a cache line at a time; the workers take every
+    `workers`-th tile."""
+    count, width = rows.shape
+    across = -(-width // TRANSPOSE_TILE)
+    tiles = -(-count // TRANSPOSE_TILE) * across
+    for worker in numba.prange(workers):
+        for tile in range(worker, tiles, workers):
+            first_row, first_column = (tile // across * TRANSPOSE_TILE,
+                                       tile % across * TRANSPOSE_TILE)
+            for j in range(first_column, min(width, first_column + TRANSPOSE_TILE)):
+                for i in range(first_row, min(count, first_row + TRANSPOSE_TILE)):
+                    columns[j, i] = rows[i, j]
+
+
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
 def weight_gradient(workers, a_columns, b_columns, y, row_block):
     """y[j, i] = Σ_n a[n, i] · b[n, j], the gradient Σ a ⊗ b of a weight over every node,

@@ -14,9 +14,11 @@ one loop over the elements. What a pass sends on is where the effects go:
   parents (`parent_ptr`, `parent_edge`), all of them in earlier batches.
 - every other effect: a row per node (per edge, for a value per child) of a `GradientRows`
   array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
-  a and b a column per node, and is one product of the two over all nodes, with the
-  kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
-  `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
+  a and b a row per node (the CPU's: contiguous stores, which its host product transposes
+  in tiles) or a column per node (`gradient_columns`, the GPU's: the layout its sums read),
+  and is one product of the two over all nodes, with the kernels' own products
+  (`codegen_cpu.calls.weight_gradient`); or, after `with_gradient_sums` (the GPU's), the
+  kernel sums it itself at its end (`GradientSum`).
 
 After the last batch, one pass over every leaf."""
 import math
@@ -102,13 +104,15 @@ EFFECT_NAMES = {"grad_param": "grad", "grad_param_outer": "grad", "grad_table": 
                 "grad_field": "grad_field"}
 
 
-def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False):
+def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
+                   gradient_columns=False):
     """(the pass's outputs, the `GradientRows` they fill): each effect of adjoint `case`
     where it goes, of those `wanted` ((effect, parameter or field) pairs; None: all), and
     every child's cotangent (with `shared_children`, a DAG's, in its edge's row); `rows`,
     `row`: what a node's row of a gradient array is, and its index. A parameter's gradient
     whose value is a weight gradient's first vector (a bias beside its weight: `U h + b`)
-    reads that vector's columns instead of a row of its own."""
+    reads that vector instead of a row of its own. With `gradient_columns`, a weight
+    gradient's vectors are stored as columns, a node's each."""
     outputs, gradients = [], []
     effects = [(index, op) for index, op in enumerate(case.ops)
                if op.kind == "grad_child" or op.kind in EFFECT_NAMES
@@ -123,17 +127,19 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False):
         shared = first_vectors.get((op.args[0], op.per_child))
         if op.kind == "grad_param" and shared is not None:
             gradients.append(GradientRows(shared, op.kind, op.attrs, effect_rows,
-                                          case.ops[op.args[0]].size, columns=True))
+                                          case.ops[op.args[0]].size,
+                                          columns=gradient_columns))
             continue
         name = _effect_array(prefix, index, op)
-        pair = name if len(op.args) > 1 else None  # a weight's: its product reads columns
+        pair = name if len(op.args) > 1 else None  # a weight's: two vectors a node
+        columns = bool(pair) and gradient_columns
         for side, value in enumerate(op.args):
             array = name + ("_a", "_b")[side] if pair else name
-            target = (EachChild(array, True, bool(pair)) if op.per_child
-                      else GradientRow(array, row, bool(pair)))
+            target = (EachChild(array, True, columns) if op.per_child
+                      else GradientRow(array, row, columns))
             outputs.append((value, target))
             gradients.append(GradientRows(array, op.kind, op.attrs, effect_rows,
-                                          case.ops[value].size, side, pair, bool(pair)))
+                                          case.ops[value].size, side, pair, columns))
     return outputs, gradients
 
 
@@ -254,15 +260,17 @@ def edge_cotangent_shapes(kernel, linearized, cotangents):
 
 
 def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=(),
-                   distinct_key=None):
+                   distinct_key=None, gradient_columns=False):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
     computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
     `shared_children` (a DAG's), children's cotangents go through their edges' rows. `kept`:
     the products the forward kept (`KeptProduct`s), read, not recomputed; a leaf's, kept once
-    per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`."""
+    per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`. With
+    `gradient_columns`, a weight gradient's vectors are stored a column per node, else a row
+    (see the module's docstring)."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
-                                                    shared_children)
+                                                    shared_children, gradient_columns)
     internal, leaves = _kept_places(kept, (RowsOf.INTERNAL, RowsOf.EDGES))
     batch_pass = PassLowering(cell, adjoints["internal"], "batch_", Var("count"),
                               add(Var("begin"), Var("slot")), Var("max_batch_size"), internal,
@@ -281,7 +289,8 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         + [Barrier("the next batch reads the cotangents this one sent its children")]),
         LoopRole.BATCHES)
     leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
-                                                  Var("slot"), wanted, shared_children)
+                                                  Var("slot"), wanted, shared_children,
+                                                  gradient_columns)
     leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
                              row_block, shared_segments=True)

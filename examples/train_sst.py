@@ -235,7 +235,7 @@ def train(args, rank=0):
         dev_fine, dev_binary = accuracy(model, dev_trees)
         log.append({"epoch": epoch, "loss_per_node": total / nodes, "seconds": seconds,
                     "dev_fine": dev_fine, "dev_binary": dev_binary})
-        print(f"epoch {epoch}: loss {total / nodes:.4f} a node, {seconds:.1f} s; dev "
+        print(f"epoch {epoch}: loss {total / nodes:.4f} a node, {seconds:.2f} s; dev "
               f"fine-grained {dev_fine:.4f}, binary {dev_binary:.4f}")
         if dev_fine > best:
             best, best_state = dev_fine, {k: v.clone() for k, v in model.state_dict().items()}

@@ -96,6 +96,12 @@ class RecjitStep:
         out, pullback = child_sum_tree_lstm.vjp(forest, self.cell_params(),
                                                 backend=self.backend)
         h = out.nodes[0]
+        loss, d_logits = self.loss(forest, h)
+        return loss, h, d_logits, pullback
+
+    def loss(self, forest, h):
+        """The summed cross-entropy of the classifier on every node's `h`, and its gradient
+        with respect to the logits."""
         logits = h @ self.W_out.T + self.b_out
         logits -= logits.max(axis=1, keepdims=True)
         probabilities = np.exp(logits)
@@ -104,7 +110,7 @@ class RecjitStep:
         rows = np.arange(labels.size)
         loss = -np.log(probabilities[rows, labels]).sum()
         probabilities[rows, labels] -= 1  # d loss / d logits
-        return loss, h, probabilities, pullback
+        return loss, probabilities
 
     def __call__(self, forest):
         loss, h, d_logits, pullback = self.loss_and_pullback(forest)

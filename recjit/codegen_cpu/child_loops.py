@@ -28,29 +28,14 @@ node is not its own child). (benchmarks/README.md: TreeLSTM's backward kernel, 3
 at 25 SST trees.)"""
 from dataclasses import replace
 
-from ..lowering.ilir import (Alloc, BinOp, Const, If, Let, Load, Loop, LoopRole, Store, Var, add,
-                             nodes)
+from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add, nodes
+from .child_sums import rewritten_loops
 
 
 def plan_children_after(kernel):
     """`kernel` with every element loop that `children_after` splits split, inside loops and
     branches too: a CPU backward's pass before its emitter."""
-    return replace(kernel, body=_children_after_in(kernel.body))
-
-
-def _children_after_in(body):
-    result = []
-    for statement in body:
-        if isinstance(statement, Loop):
-            split = children_after(statement)
-            result += (split if split != (statement,)
-                       else (replace(statement, body=_children_after_in(statement.body)),))
-        elif isinstance(statement, If):
-            result.append(replace(statement, body=_children_after_in(statement.body),
-                                  orelse=_children_after_in(statement.orelse)))
-        else:
-            result.append(statement)
-    return tuple(result)
+    return replace(kernel, body=rewritten_loops(kernel.body, children_after))
 
 
 def children_after(loop):

@@ -40,21 +40,23 @@ from ..lowering.ilir import (
 def plan_sums_first(kernel):
     """`kernel` with every loop that `sums_first` rewrites rewritten, inside loops and branches
     too (and the loops it writes, in turn): the CPU backend's pass before its emitter."""
-    return replace(kernel, body=_sums_first_in(kernel.body))
+    return replace(kernel, body=rewritten_loops(kernel.body, sums_first))
 
 
-def _sums_first_in(body):
+def rewritten_loops(body, rewrite):
+    """`body` with each loop, inside loops and branches too, replaced by the statements
+    `rewrite(loop)` gives (`(loop,)`: unchanged), and those in turn."""
     result = []
     for statement in body:
         if isinstance(statement, Loop):
-            rewritten = sums_first(statement)
+            rewritten = rewrite(statement)
             if rewritten != (statement,):
-                result += _sums_first_in(rewritten)
+                result += rewritten_loops(rewritten, rewrite)
             else:
-                result.append(replace(statement, body=_sums_first_in(statement.body)))
+                result.append(replace(statement, body=rewritten_loops(statement.body, rewrite)))
         elif isinstance(statement, If):
-            result.append(replace(statement, body=_sums_first_in(statement.body),
-                                  orelse=_sums_first_in(statement.orelse)))
+            result.append(replace(statement, body=rewritten_loops(statement.body, rewrite),
+                                  orelse=rewritten_loops(statement.orelse, rewrite)))
         else:
             result.append(statement)
     return tuple(result)

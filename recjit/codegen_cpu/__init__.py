@@ -152,21 +152,20 @@ class CpuBackward(GeneratedKernel):
         return gradients
 
     def weight_gradient(self, a_rows, b_rows):
-        """Σ a ⊗ b over the rows (a node's each) of a `GradientRows` pair: one product of
-        the vectors as columns, the contraction over the nodes contiguous, which rows stored
-        as rows are transposed into first, in tiles (`calls.transpose`)."""
-        a_columns, b_columns = (self.columns_of(rows) for rows in (a_rows, b_rows))
-        product = np.empty((a_columns.shape[0], b_columns.shape[0]), dtype=self.dtype)
-        _weight_gradient(b_columns, a_columns, product, self.row_block,
-                         size=product.size * a_columns.shape[1])
-        return product
+        """Σ a ⊗ b over the rows (a node's each) of a `GradientRows` pair: one product whose
+        contraction runs over the nodes. The wider vector's rows are its weight as they lie
+        (`calls.weight_gradient`); the narrower is transposed into columns, in tiles
+        (`calls.transpose`), so that the nodes are contiguous."""
+        wide, narrow = (a_rows, b_rows) if a_rows.shape[1] >= b_rows.shape[1] else (b_rows,
+                                                                                    a_rows)
+        product = np.empty((narrow.shape[1], wide.shape[1]), dtype=self.dtype)
+        _weight_gradient(wide, self.columns_of(narrow), product, self.row_block,
+                         size=product.size * wide.shape[0])
+        return product.T if wide is a_rows else product
 
     @staticmethod
     def columns_of(rows):
-        """`rows` (a node's vector each) as a C-contiguous array of a node's vector a column:
-        their own memory when they are a transposed view of one."""
-        if rows.T.flags.c_contiguous:
-            return rows.T
+        """`rows` (a node's vector each) as a C-contiguous array of a node's vector a column."""
         columns = np.empty(rows.shape[::-1], dtype=rows.dtype)
         _transpose(rows, columns, size=rows.size)
         return columns

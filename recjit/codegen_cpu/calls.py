@@ -109,6 +109,23 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
 
 
+@numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
+def weight_gradient(workers, a_rows, x_columns, y, row_block):
+    """y[j, i] = Σ_n a[n, i] · x[j, n], a weight's gradient Σ a ⊗ x over every node, with the
+    kernels' own product (`matmul_share`): `a_rows` a node's vector a row, as the CPU's
+    backward kernel writes them, which read transposed are the product's weight and its
+    panels as they lie (`row_panels`: no transposition, no packing); `x_columns` a node's
+    vector a column. Its threads are the kernels' own, so it does not wait on another pool's
+    threads spinning on the same cores, as a NumPy product after a kernel did."""
+    weight = a_rows.T
+    panels = row_panels(weight)
+    claimed = np.zeros(workers, dtype=np.int64)
+    starts = np.zeros(workers, dtype=np.int64)
+    for worker in numba.prange(workers):
+        matmul_share(weight, panels, x_columns, y, x_columns.shape[0], row_block, worker,
+                     workers, True, claimed, starts)
+
+
 # The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.
 TRANSPOSE_TILE = 16
 
@@ -129,19 +146,3 @@ def transpose(workers, rows, columns):
                 for i in range(first_row, min(count, first_row + TRANSPOSE_TILE)):
                     columns[j, i] = rows[i, j]
 
-
-@numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-def weight_gradient(workers, a_columns, b_columns, y, row_block):
-    """y[j, i] = Σ_n a[n, i] · b[n, j], the gradient Σ a ⊗ b of a weight over every node,
-    transposed, with the kernels' own product (`matmul_share`, `a_columns` as its weight):
-    `a_columns` and `b_columns` hold a node's vector in a column, as the backward kernel
-    writes them. Its threads are the kernels' own, so it does not wait on another pool's
-    threads spinning on the same cores, as a NumPy product after a kernel did."""
-    panels = weight_panels(a_columns, True)
-    for worker in numba.prange(workers):
-        pack_share(a_columns, panels, row_block, worker, workers)
-    claimed = np.zeros(workers, dtype=np.int64)
-    starts = np.zeros(workers, dtype=np.int64)
-    for worker in numba.prange(workers):
-        matmul_share(a_columns, panels, b_columns, y, b_columns.shape[0], row_block, worker,
-                     workers, True, claimed, starts)

@@ -227,8 +227,9 @@ class GradientRows:
     `attrs` its attributes (the parameter, the table and field, the field), and `side`, for
     a weight gradient's `grad_param_outer`, which of its two vectors this is (0: a, 1: b of
     Σ a ⊗ b; the pair shares `pair`). `columns`: the array holds a row's vector in a column,
-    shape (size, rows) where the others' is (rows, size): a weight gradient's vectors, and a
-    bias's gradient that reads its weight's first vector (its `name`, filled once)."""
+    shape (size, rows) where the others' is (rows, size): on the GPU
+    (`lower_backward(gradient_columns=True)`), a weight gradient's vectors, and a bias's
+    gradient that reads its weight's first vector (its `name`, filled once)."""
 
     name: str
     effect: str

@@ -69,17 +69,17 @@ def _device_of(inputs, backend):
         if isinstance(value, torch.Tensor):
             if value.device.type not in ("cpu", "cuda"):
                 raise InputError(f"{kind} {name!r} is on {value.device}; recjit.torch takes "
-                                  "CPU or CUDA tensors")
+                                 "CPU or CUDA tensors")
             placed.setdefault(value.device, f"{kind} {name!r}")
     if len(placed) > 1:
         (first, one), (second, other) = list(placed.items())[:2]
         raise InputError(f"{one} is on {first} and {other} on {second}; recjit.torch takes "
-                          "the tensors of one call on one device")
+                         "the tensors of one call on one device")
     device = next(iter(placed), torch.device("cpu"))
     if device.type == "cuda" and backend == "cpu":
         raise InputError(f"{placed[device]} is on {device}, and backend='cpu' computes on the "
-                          "host: leave backend out (CUDA tensors compute on the GPU), or move "
-                          "the tensors with .cpu()")
+                         "host: leave backend out (CUDA tensors compute on the GPU), or move "
+                         "the tensors with .cpu()")
     return device
 
 

@@ -62,6 +62,21 @@ def profile(name, hidden, batch, trees, runs, schedule):
     pstats.Stats(profiler).sort_stats("tottime").print_stats(10)
 
 
+class Laps:
+    """`laps(name)` adds to `times[name]` the ms since the last lap (or since it was made),
+    once the device has run everything queued: a host step's time with its device work."""
+
+    def __init__(self, times):
+        self.times = times
+        self.clock = time.perf_counter()
+
+    def __call__(self, name):
+        cuda.synchronize()
+        now = time.perf_counter()
+        self.times[name].append(1e3 * (now - self.clock))
+        self.clock = now
+
+
 def pieces(kernel, linearized, inputs, p, shapes, runs):
     """Median ms of each step of `CudaKernel.run`, synchronized after each, and of the
     launch alone between CUDA events. cProfile (above) breaks the host's steps down."""
@@ -69,15 +84,7 @@ def pieces(kernel, linearized, inputs, p, shapes, runs):
              "launch (events)": [], "copy back": []}
     start, stop = cuda.event(), cuda.event()
     for _ in range(runs):
-        clock = time.perf_counter()
-
-        def lap(step):
-            nonlocal clock
-            cuda.synchronize()
-            now = time.perf_counter()
-            steps[step].append(1e3 * (now - clock))
-            clock = now
-
+        lap = Laps(steps)
         arguments, states = kernel.prepare(linearized, p, inputs)
         lap("arguments (forest upload, parameters, states, scratch)")
         start.record()

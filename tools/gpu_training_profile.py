@@ -11,7 +11,6 @@ import functools
 import os
 import pstats
 import sys
-import time
 from collections import Counter
 
 import numpy as np
@@ -21,6 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench_training  # noqa: E402
 from bench_training import LR, RecjitCudaStep, sst_batches, sst_lines  # noqa: E402
+from gpu_profile import Laps  # noqa: E402
 from train_sst import initial_parameters  # noqa: E402
 
 from recjit.codegen_cuda import device  # noqa: E402
@@ -59,15 +59,7 @@ class DeviceCalls:
 
 def phased_step(step, forest, laps):
     """`RecjitCudaStep.__call__`, synchronized and timed after each of its PHASES."""
-    clock = time.perf_counter()
-
-    def lap(phase):
-        nonlocal clock
-        cuda.synchronize()
-        now = time.perf_counter()
-        laps[phase].append(1e3 * (now - clock))
-        clock = now
-
+    lap = Laps(laps)
     out, pullback = bench_training.child_sum_tree_lstm.vjp(forest, step.cell_params(),
                                                            backend="cuda")
     lap("vjp (forward)")

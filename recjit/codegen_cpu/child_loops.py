@@ -29,7 +29,7 @@ at 25 SST trees.)"""
 from dataclasses import replace
 
 from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add, nodes
-from .child_sums import rewritten_loops
+from .child_sums import rewritten_loops, sum_started_before
 
 
 def plan_children_after(kernel):
@@ -39,7 +39,7 @@ def plan_children_after(kernel):
 
 
 def children_after(loop):
-    """The statements that replace element loop `loop`: its node's part, its edge loops each
+    """The statements that replace element loop `loop`: its node's part, its edge loops as one
     with the element loop innermost, and the part that reads their sums; `(loop,)` where it
     holds no edge loop, or where splitting it could change what it reads."""
     if not (loop.element and not loop.columns and isinstance(loop.start, Const)
@@ -53,7 +53,7 @@ def children_after(loop):
         return (loop,)
     totals = {}  # the sums over children: {name: the index of the edge loop that sums it}
     for index in edges:
-        total = _summed(body, index)
+        total = sum_started_before(body, index)
         if total is not None:
             totals[total] = index
     starts = {index - 1 for index in totals.values()}
@@ -82,7 +82,8 @@ def children_after(loop):
             for index in edges):
         return (loop,)  # a name bound twice, or an edge loop reading what comes after it
     read_later = {var.name for part in (edge_loops, after) for var in nodes(tuple(part), Var)}
-    kept = [name for name in _names_in_order(own) if name in read_later]
+    kept = [statement.name for statement in own
+            if isinstance(statement, Let) and statement.name in read_later]
     position = add(Var(loop.var), -loop.start.value)
     size = (Const(loop.stop.value - loop.start.value),)
 
@@ -127,21 +128,6 @@ def _is_edge_loop(statement):
             and not any(isinstance(inner, Loop) for inner in statement.body))
 
 
-def _summed(body, index):
-    """The name of the sum over children that the edge loop `body[index]` accumulates (its
-    total set to 0 just before it, and added to last in it), else None."""
-    loop = body[index]
-    start, accumulate = (body[index - 1] if index else None), loop.body[-1]
-    if not (isinstance(start, Let) and start.value == Const(0.0)
-            and isinstance(accumulate, Let) and accumulate.name == start.name
-            and isinstance(accumulate.value, BinOp) and accumulate.value.operator == "+"
-            and accumulate.value.left == Var(start.name)):
-        return None
-    if any(isinstance(inner, Let) and inner.name == start.name for inner in loop.body[:-1]):
-        return None
-    return start.name
-
-
 def _order_free(own, edge_loops, after):
     """Whether running `own` for every element, then each edge loop, then `after` reads what
     the loop read when it ran them element by element: an array stored in one part is loaded
@@ -167,7 +153,3 @@ def _order_free(own, edge_loops, after):
                     if not node_row:
                         return False
     return True
-
-
-def _names_in_order(statements):
-    return [statement.name for statement in statements if isinstance(statement, Let)]

@@ -80,7 +80,7 @@ def sums_first(loop):
                for let in nodes(inner.body, Let)}
     first, body, lets, summed, copied = [], [], {}, set(), set()
     for index, statement in enumerate(loop.body):
-        total = _sum_started_before(loop.body, index)
+        total = sum_started_before(loop.body, index)
         if total is None:
             recomputed = None
         else:
@@ -150,7 +150,7 @@ def _recomputed(terms, lets, rebound, stored):
     return recomputed
 
 
-def _sum_started_before(statements, index):
+def sum_started_before(statements, index):
     """The name of the sum that `statements[index]` accumulates over the node's children (the
     lowering's `over_children` loop, its total set to 0 just before), else None."""
     loop = statements[index]

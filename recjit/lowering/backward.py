@@ -16,10 +16,9 @@ one loop over the elements. What a pass sends on is where the effects go:
   array, which the host reduces once the kernel is done. A weight's gradient Σ a ⊗ b keeps
   a and b a row per node (the CPU's: contiguous stores, which its host product reads as
   they lie, the narrower transposed in tiles) or a column per node (`gradient_columns`, the
-  GPU's: the layout its sums read),
-  and is one product of the two over all nodes, with the kernels' own products
-  (`codegen_cpu.calls.weight_gradient`); or, after `with_gradient_sums` (the GPU's), the
-  kernel sums it itself at its end (`GradientSum`).
+  GPU's: the layout its sums read), and is one product of the two over all nodes, with the
+  kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
+  `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
 
 After the last batch, one pass over every leaf."""
 import math

@@ -49,6 +49,7 @@ import torch  # noqa: E402
 from numba import cuda  # noqa: E402
 
 import recjit as rj  # noqa: E402
+from recjit.lowering.arguments import leaf_groups  # noqa: E402
 from recjit.lowering.backward import row_counts  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -453,7 +454,7 @@ def backward_memory(forest, initial):
     states = sum(state.nbytes for state in out.nodes)
     gradients = sum(value.nbytes for name, value in vars(params).items() if name != "E")
     kernel = pullback.compiled.kernel
-    rows = row_counts(pullback.linearized)
+    rows = row_counts(pullback.linearized, leaf_groups(kernel, pullback.linearized))
     itemsize = np.dtype(kernel.dtype).itemsize
     arrays = {output.name: rows[output.rows] * output.size * itemsize
               for output in kernel.gradients}  # a bias reads its weight's vector: one array

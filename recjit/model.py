@@ -516,7 +516,8 @@ class RecursiveModel:
                                         shared_children=self.kind == "dag",
                                         kept=compiled.kernel.kept,
                                         distinct_key=compiled.kernel.distinct_key,
-                                        gradient_columns=key[0] != "cpu")
+                                        gradient_columns=key[0] != "cpu",
+                                        group_leaves=key[0] == "cpu")
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:
@@ -720,9 +721,13 @@ def _backward_line(backward, backend):
         reordered = ("; a node's per-child work runs after its own values, child by child "
                      "with the elements innermost (`vals_...` rows)"
                      if backward.children_after else "")
+        key = backward.kernel.group_key
+        grouped = (f"; the leaves' rows are summed by `{key}` (by tree and `{key}` for "
+                   "per-tree gradients) before their products and gradients, once a group"
+                   if key else "")
         return ("the backward is one call of the numba parallel kernel above" + reordered
-                + "; the host then multiplies each weight's rows (Σ a ⊗ b as one product, "
-                "the rows transposed in tiles) and sums the others")
+                + grouped + "; the host then multiplies each weight's rows (Σ a ⊗ b as one "
+                "product, the rows transposed in tiles) and sums the others")
     return (f"the backward is the kernel above on the GPU ({backward.describe()}); the host "
             "sums the rows of the other gradients, and every weight's rows for per-tree "
             "gradients")

@@ -12,6 +12,7 @@ from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
 from recjit.codegen_cpu.child_loops import children_after
+from recjit.lowering.arguments import leaf_groups
 from recjit.lowering import ilir
 
 from conftest import random_dags, seeds
@@ -218,3 +219,98 @@ def test_the_cpus_weight_gradients_are_rows_a_node_and_the_gpus_columns():
     assert pairs and not any(rows.columns for rows in pairs)
     _, on_gpu = child_sum_tree_lstm.vjp(CHILD_SUM_FOREST, p, backend="cuda")
     assert all(rows.columns for rows in on_gpu.compiled.kernel.gradients if rows.pair)
+
+
+REPEATED_WORDS = rj.Forest.from_nested([((1, 2, 1), (2, (1, 0))), (0, 1, 2)])
+
+
+def test_the_leaves_rows_are_summed_by_word_before_their_products():
+    """Six leaves of three words: the leaf's products by the transposed weights, and the
+    weights' gradients, take a row a word, and give the adjoint's gradients."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, REPEATED_WORDS, p, 4)
+    kernel = pullback.compiled.kernel
+    assert kernel.group_key == "word"
+    grouped = {rows.name for rows in kernel.gradients if rows.rows is ilir.RowsOf.LEAF_GROUPS}
+    assert grouped == {"group_grad_W_iou_45_a", "group_grad_W_iou_45_b", "group_grad_E_46"}
+    products = [product for product in ilir.walk(kernel.body)
+                if isinstance(product, ilir.MatMul) and product.weight == "pT_W_iou"]
+    assert [(product.x, product.rows) for product in products] == [
+        ("group_grad_W_iou_45_a", ilir.Var("num_leaf_groups"))]  # the sums, read in place
+    got = pullback(roots=roots, nodes=nodes)
+    expected = pullback.interpreted()(roots=roots, nodes=nodes)
+    assert_same_tree_lstm_gradients(got, expected)
+    np.testing.assert_array_equal(got.params.E.indices, [0, 1, 2])
+
+
+def test_per_tree_gradients_sum_the_leaves_of_one_tree_and_one_word():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, REPEATED_WORDS, p, 5)
+    got = pullback(roots=roots, nodes=nodes, per_tree=True)
+    expected = pullback.interpreted()(roots=roots, nodes=nodes, per_tree=True)
+    assert_same_tree_lstm_gradients(got, expected)
+    assert [list(rows.indices) for rows in got.params.E] == [[0, 1, 2], [0, 1, 2]]
+
+
+def assert_same_tree_lstm_gradients(got, expected):
+    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f", "E"):
+        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
+                                   np.asarray(getattr(expected.params, name)),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_leaf_groups_hold_the_leaves_of_one_word_and_per_tree_of_one_tree_and_word():
+    """Leaves 4..9 (words 2 1 2 0 1 1) of trees 0 0 0 1 1 0."""
+    forest = type("Linearized", (), {"leaf_begin": 4, "fields": {
+        "word": np.array([-1, -1, -1, -1, 2, 1, 2, 0, 1, 1])}})
+    kernel = ilir.Kernel("k", "float64", (), (), (), (), group_key="word")
+    whole = leaf_groups(kernel, forest)
+    assert [list(whole.leaves[a:b]) for a, b in zip(whole.ptr[:-1], whole.ptr[1:])] == [
+        [3], [1, 4, 5], [0, 2]]
+    assert list(whole.first_leaves()) == [3, 1, 0]
+    trees = np.array([0, 0, 0, 0, 0, 0, 0, 1, 1, 0])
+    per_tree = leaf_groups(kernel, forest, trees)
+    assert [list(per_tree.leaves[a:b]) for a, b in zip(per_tree.ptr[:-1], per_tree.ptr[1:])] == [
+        [1, 5], [0, 2], [3], [4]]
+    assert leaf_groups(ilir.Kernel("k", "float64", (), (), (), ()), forest) is None
+
+
+@rj.recursive_model(arity=2)
+def two_gated_leaves(node, p):
+    """A leaf's effects read two of its values (each gate's), so its rows are not summed."""
+    if node.is_leaf:
+        x = p.E[node.word]
+        return rj.tanh(p.W @ x) + rj.sigmoid(p.V @ x)
+    return rj.tanh(p.U @ (two_gated_leaves(node.left, p) + two_gated_leaves(node.right, p)))
+
+
+def test_leaves_whose_effects_read_two_of_their_values_are_not_summed_by_word():
+    rng = np.random.default_rng(6)
+    p = rj.Params(E=rng.normal(size=(VOCAB, 2)), W=rng.normal(size=(HIDDEN, 2)),
+                  V=rng.normal(size=(HIDDEN, 2)), U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+    forest = rj.Forest.random_binary(2, seed=3, mean_leaves=6, vocab_size=VOCAB)
+    pullback, roots, nodes = pullback_and_cotangents(two_gated_leaves, forest, p, 6)
+    assert pullback.compiled.kernel.group_key is None
+    got, expected = pullback(roots=roots, nodes=nodes), pullback.interpreted()(roots=roots,
+                                                                                nodes=nodes)
+    for name in ("E", "W", "V", "U"):
+        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
+                                   np.asarray(getattr(expected.params, name)), rtol=1e-10,
+                                   err_msg=name)
+
+
+def test_rows_per_node_are_refused_where_the_backward_summed_them_by_word():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, REPEATED_WORDS, p, 4)
+    sink = pullback.backward(roots=roots, nodes=nodes)
+    with pytest.raises(rj.RecJitError, match="model.jacobian"):
+        sink.gathered_by_node("E", (HIDDEN,))
+
+
+def test_explain_with_grad_says_the_leaves_rows_are_summed_by_word():
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
+    text = child_sum_tree_lstm.explain(REPEATED_WORDS, p, grad=True)
+    backward = text[text.index("== backward ILIR (cpu) =="):]
+    assert ("group_grad_W_iou_45_a[slot, e] = (group_grad_W_iou_45_a[slot, e] + "
+            "leaf_v41[leaf, e])") in backward
+    assert "the leaves' rows are summed by `word`" in backward

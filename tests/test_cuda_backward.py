@@ -72,9 +72,9 @@ def test_a_gpu_pullback_copies_back_each_weights_gradient_summed_not_its_rows(mo
     copied = []
     reduce = Pullback.reduce
 
-    def seen(self, arrays, sink):
+    def seen(self, arrays, sink, groups=None):
         copied.append(set(arrays))
-        return reduce(self, arrays, sink)
+        return reduce(self, arrays, sink, groups)
 
     monkeypatch.setattr(Pullback, "reduce", seen)
     pullback(roots=tuple(np.ones(state.shape) for state in out.roots))

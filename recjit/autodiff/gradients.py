@@ -21,6 +21,8 @@ class RowGrad:
         values = np.asarray(values, dtype=dtype).reshape((indices.size,) + tuple(shape[1:]))
         if indices.size == 0:
             return cls(indices, np.zeros((0,) + tuple(shape[1:]), dtype=dtype), shape)
+        if (indices[1:] > indices[:-1]).all():  # unique and sorted: a backward's sums by row
+            return cls(indices, values, shape)
         order = np.argsort(indices, kind="stable")  # a row's values together, in their order
         ordered = indices[order]
         starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))

@@ -10,8 +10,9 @@ fills a row of gradient per node for the host to reduce here, or, where no kerne
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, RecJitError
 from ..frontend.cell_ir import attribute
+from ..lowering.arguments import leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
 from ..params import is_weak, params_on_host
@@ -61,8 +62,10 @@ class Pullback:
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
             return sink
         if self.compiled is not None:
+            groups = leaf_groups(self.compiled.kernel, self.linearized, trees)
             self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
-                                      self.kept, whole=trees is None), sink)
+                                      self.kept, whole=trees is None, groups=groups),
+                        sink, groups)
             return sink
         linearized = self.linearized
         begins = linearized.batch_begin
@@ -75,10 +78,11 @@ class Pullback:
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
         return sink
 
-    def reduce(self, arrays, sink):
+    def reduce(self, arrays, sink, groups=None):
         """Each `GradientRows` array the backward kernel filled, into the sink: a row per
-        node (or per edge, of its parent node); for whole gradients, each parameter's the
-        kernel summed itself (`GradientSum`), in place of the rows it sums."""
+        node (or per edge, of its parent node; or per group of leaves, `groups`, of its first
+        leaf); for whole gradients, each parameter's the kernel summed itself
+        (`GradientSum`), in place of the rows it sums."""
         linearized, kernel = self.linearized, self.compiled.kernel
         summed = set()
         if sink.trees is None:
@@ -90,6 +94,8 @@ class Pullback:
                     RowsOf.LEAVES: np.arange(linearized.leaf_begin, linearized.num_nodes),
                     RowsOf.EDGES: np.repeat(internal, np.diff(
                         linearized.child_ptr[:linearized.leaf_begin + 1]))}
+        if groups is not None:
+            nodes_of[RowsOf.LEAF_GROUPS] = linearized.leaf_begin + groups.first_leaves()
         products = {}
         for output in kernel.gradients:
             if output in summed:
@@ -104,7 +110,8 @@ class Pullback:
                 table, field = output.attrs
                 row_shape = tuple(self.cell.parameters[table][1:])
                 sink.rows(table, linearized.fields[field][nodes],
-                          values.reshape((-1,) + row_shape), nodes)
+                          values.reshape((-1,) + row_shape), nodes,
+                          grouped=output.rows is RowsOf.LEAF_GROUPS)
             else:
                 sink.field(output.attrs[0], nodes, values)
         for name, nodes, a_rows, b_rows in products.values():
@@ -200,6 +207,7 @@ class Sink:
         self.trees = trees
         self.dense = {}
         self.table_rows = {}
+        self.grouped_tables = set()  # whose rows are sums over groups of leaves
         self.field_gradients = {}
 
     def param(self, name, values, nodes):
@@ -238,8 +246,12 @@ class Sink:
         held = self.dense.get(name)
         self.dense[name] = total if held is None else held + total
 
-    def rows(self, table, indices, values, nodes):
+    def rows(self, table, indices, values, nodes, grouped=False):
+        """Add gradients of rows `indices` of `table`, a row each of node `nodes[row]`; or,
+        `grouped`, each the sum over a group of leaves that share the row (`LeafGroups`),
+        standing at its first leaf."""
         self.table_rows.setdefault(table, []).append((indices, values, nodes))
+        self.grouped_tables.update([table] if grouped else [])
 
     def field(self, name, nodes, values):
         shape = self.cell.fields[name][0]
@@ -249,7 +261,11 @@ class Sink:
 
     def gathered_by_node(self, table, row_shape):
         """The gradient of the row of `table` each node gathered, per node (the forest's
-        order; zero where a node gathers none)."""
+        order; zero where a node gathers none): not where the backward summed the rows of
+        leaves that gather the same row (a jacobian's backward does not)."""
+        if table in self.grouped_tables:
+            raise RecJitError(f"the backward summed the rows of `{table}` that leaves share; "
+                              "their gradients per node are a jacobian's (model.jacobian)")
         by_node = np.zeros((self.linearized.num_nodes,) + tuple(row_shape), dtype=self.dtype)
         for _, values, nodes in self.table_rows.get(table, []):
             by_node[nodes] += values

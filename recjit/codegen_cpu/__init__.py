@@ -134,15 +134,22 @@ class CpuBackward(GeneratedKernel):
         work after the node's own (`child_loops.py`)."""
         return plan_children_after(plan_sums_first(kernel))
 
-    def __call__(self, linearized, params, states, cotangents, kept=None, whole=True):
+    def __call__(self, linearized, params, states, cotangents, kept=None, whole=True,
+                 groups=None):
         """The `GradientRows` arrays, by name, for these cotangents, which it adds to;
-        `kept`: the products the forward kept, by name, where the kernel reads them. The
-        kernel sums no gradient itself, so it returns every row whether the gradients are
-        wanted `whole` or per tree: the host's products sum them (`weight_gradient`)."""
+        `kept`: the products the forward kept, by name, where the kernel reads them;
+        `groups`: the `LeafGroups` whose rows a kernel with a `group_key` sums. The kernel
+        sums no gradient over the nodes itself, so it returns every row whether the gradients
+        are wanted `whole` or per tree (its groups then per tree): the host's products sum
+        them (`weight_gradient`)."""
         scalars, arrays = forest_arguments(self.kernel, linearized)
+        if groups is not None:
+            group_scalars, group_arrays = groups.arguments()
+            scalars.update(group_scalars)
+            arrays.update(group_arrays)
         arrays.update(kept or {})
-        gradients = {name: np.empty(shape, dtype=self.dtype)
-                     for name, shape in gradient_shapes(self.kernel, linearized).items()}
+        gradients = {name: np.empty(shape, dtype=self.dtype) for name, shape
+                     in gradient_shapes(self.kernel, linearized, groups).items()}
         arrays.update(gradients)
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.STATE), states))
         arrays.update(zip(self.kernel.arrays_of(ArgumentRole.COTANGENT), cotangents))

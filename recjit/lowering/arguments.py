@@ -1,5 +1,7 @@
 """What a kernel's scalar, structure and field arguments are for one linearized forest: the
 same for every backend, since the lowering named them."""
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..frontend.cell_ir import transposed
@@ -43,6 +45,47 @@ def forest_arguments(kernel, linearized):
         dtype = np.int64 if index else np.dtype(kernel.dtype)
         arrays[field_name(name)] = np.ascontiguousarray(values, dtype=dtype)
     return scalars, arrays
+
+
+@dataclass(frozen=True)
+class LeafGroups:
+    """The groups of leaves whose rows a backward kernel sums (`Kernel.group_key`): group g's
+    leaves are `leaves[ptr[g]:ptr[g + 1]]`, numbered from the first leaf, and share the key."""
+
+    ptr: np.ndarray
+    leaves: np.ndarray
+
+    @property
+    def count(self):
+        return self.ptr.size - 1
+
+    def first_leaves(self):
+        """Each group's first leaf, whose key (and tree) stand for the group's."""
+        return self.leaves[self.ptr[:-1]]
+
+    def arguments(self):
+        """(scalars, arrays) of the kernel that sums them."""
+        return ({"num_leaf_groups": self.count},
+                {"group_ptr": self.ptr, "group_leaves": self.leaves})
+
+
+def leaf_groups(kernel, linearized, trees=None):
+    """The `LeafGroups` of backward `kernel` for this forest, or None where it sums none: the
+    leaves of one key together, keys ascending; with `trees` (the tree of every node, for
+    per-tree gradients), those of one tree and one key, trees then keys ascending."""
+    if kernel.group_key is None:
+        return None
+    leaf_begin = linearized.leaf_begin
+    keys = np.asarray(linearized.fields[kernel.group_key][leaf_begin:], dtype=np.int64)
+    columns = (keys,) if trees is None else (keys, trees[leaf_begin:])
+    leaves = np.lexsort(columns).astype(np.int64)
+    same = np.ones(max(keys.size - 1, 0), dtype=bool)  # leaf i + 1 is in leaf i's group
+    for column in columns:
+        ordered = column[leaves]
+        same &= ordered[1:] == ordered[:-1]
+    ptr = (np.concatenate(([0], np.flatnonzero(~same) + 1, [keys.size])) if keys.size
+           else np.zeros(1))
+    return LeafGroups(ptr.astype(np.int64), leaves)
 
 
 def kernel_parameters(kernel):

@@ -20,7 +20,13 @@ one loop over the elements. What a pass sends on is where the effects go:
   kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
   `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
 
-After the last batch, one pass over every leaf."""
+After the last batch, one pass over every leaf. Where the leaves' effects are all linear in one
+of their values, and otherwise read only what their key (`node.word`) decides, and the whole
+gradient is wanted (`group_leaves`), that pass is three: each leaf's value into a row of its
+own, each group of leaves sharing a key summed into one row (a group per word, or per tree and
+word for per-tree gradients), and the effects once a group from its sum (`leaf_group_value`):
+SST's 483 leaves of 25 trees are 287 words, and the products by the transposed weights and
+the weights' gradients take that many rows."""
 import math
 from dataclasses import dataclass, replace
 
@@ -28,10 +34,12 @@ import numpy as np
 
 from ..frontend.cell_ir import EACH, label
 from ..linearize import distinct
-from .ilir import (Argument, ArgumentRole, Barrier, BinOp, Comment, Const, GradientRows,
-                   GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store, Var, add)
+from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Comment, Const,
+                   GradientRows, GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store,
+                   Var, add)
 from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
                     state_name, transposed_views)
+from .lower import distinct_key as key_of_leaves
 
 
 @dataclass(frozen=True)
@@ -159,11 +167,13 @@ def _child_target(op, shared_children):
             else ChildCotangent(cotangent_name(component), child))
 
 
-def row_counts(linearized):
-    """{`RowsOf`: how many rows a `GradientRows` array of that kind has for this forest}."""
+def row_counts(linearized, groups=None):
+    """{`RowsOf`: how many rows a `GradientRows` array of that kind has for this forest (and
+    these `LeafGroups`)}."""
     return {RowsOf.INTERNAL: linearized.leaf_begin,
             RowsOf.LEAVES: linearized.num_nodes - linearized.leaf_begin,
-            RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin])}
+            RowsOf.EDGES: int(linearized.child_ptr[linearized.leaf_begin]),
+            RowsOf.LEAF_GROUPS: 0 if groups is None else groups.count}
 
 
 def kept_shapes(kept, linearized, scalars):
@@ -205,11 +215,12 @@ def kept_for_copies(kept, arrays, original, linearized, node_of, distinct_key=No
     return copied
 
 
-def gradient_shapes(kernel, linearized):
-    """{array: shape} of the backward `kernel`'s `GradientRows` outputs for this forest (a
-    bias's and its weight's vector share one): a row per node or edge, or a column each where
-    the kernel writes them as the columns of a product's operand (`columns`)."""
-    rows, shapes = row_counts(linearized), {}
+def gradient_shapes(kernel, linearized, groups=None):
+    """{array: shape} of the backward `kernel`'s `GradientRows` outputs for this forest and
+    its `groups` of leaves (a bias's and its weight's vector share one): a row per node, edge
+    or group, or a column each where the kernel writes them as the columns of a product's
+    operand (`columns`)."""
+    rows, shapes = row_counts(linearized, groups), {}
     for output in kernel.gradients:
         shapes.setdefault(output.name, (output.size, rows[output.rows]) if output.columns
                           else (rows[output.rows], output.size))
@@ -260,14 +271,15 @@ def edge_cotangent_shapes(kernel, linearized, cotangents):
 
 
 def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=(),
-                   distinct_key=None, gradient_columns=False):
+                   distinct_key=None, gradient_columns=False, group_leaves=False):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
     computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
     `shared_children` (a DAG's), children's cotangents go through their edges' rows. `kept`:
     the products the forward kept (`KeptProduct`s), read, not recomputed; a leaf's, kept once
     per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`. With
     `gradient_columns`, a weight gradient's vectors are stored a column per node, else a row
-    (see the module's docstring)."""
+    (see the module's docstring); with `group_leaves`, the leaves' rows are summed by group
+    where their effects allow it (`leaf_group_value`), for all effects only."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
                                                     shared_children, gradient_columns)
@@ -288,23 +300,128 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         + gathered + statements
         + [Barrier("the next batch reads the cotangents this one sent its children")]),
         LoopRole.BATCHES)
-    leaf_outputs, leaf_gradients = effect_outputs(adjoints["leaf"], "leaf_", RowsOf.LEAVES,
-                                                  Var("slot"), wanted, shared_children,
-                                                  gradient_columns)
-    leaf_pass = PassLowering(cell, adjoints["leaf"], "leaf_", Var("num_leaves"),
-                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
-                             row_block, shared_segments=True)
-    leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
+    leaf_case = adjoints["leaf"]
+    group_key = key_of_leaves(leaf_case) if group_leaves and wanted is None else None
+    grouped = leaf_group_value(leaf_case, group_key) if group_key else None
+    if grouped is None:
+        group_key = None
+        leaf_outputs, leaf_gradients = effect_outputs(leaf_case, "leaf_", RowsOf.LEAVES,
+                                                      Var("slot"), wanted, shared_children,
+                                                      gradient_columns)
+        leaf_pass = PassLowering(cell, leaf_case, "leaf_", Var("num_leaves"),
+                                 add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
+                                 row_block, shared_segments=True)
+        leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
+        leaf_body = leaf_allocations + leaves_gathered + leaf_statements
+    else:
+        leaf_body, leaf_gradients = _grouped_leaves(cell, leaf_case, grouped, group_key,
+                                                    leaves, row_block, gradient_columns)
+        leaf_body = leaves_gathered + leaf_body
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
              Comment("the batches of internal nodes, roots first")] + allocations
-            + [batch_loop, Comment("every leaf at once, its parents all done")]
-            + leaf_allocations + leaves_gathered + leaf_statements)
+            + [batch_loop, Comment("every leaf at once, its parents all done")] + leaf_body)
     if wanted is not None:
         names = ", ".join(f"`{label(name)}`" for name in sorted(name for _, name in wanted))
         body.insert(0, Comment(f"only the effects on {names}, for a jacobian: no other "
                                "gradient"))
     return _backward_kernel(cell, adjoints, tuple(body), tuple(batch_gradients + leaf_gradients),
-                            shared_children, tuple(kept), distinct_key)
+                            shared_children, tuple(kept), distinct_key, group_key)
+
+
+def leaf_group_value(case, key):
+    """The value of the leaf adjoint `case` whose sum over leaves sharing field `key` gives
+    the sum of every effect over them, or None. Each effect must read that value, or its
+    products by parameters (linear in it: Σ W v = W Σ v), and otherwise only what the key
+    decides (parameters, rows gathered by the key: Σ v ⊗ E[word] = (Σ v) ⊗ E[word]); a
+    table's gradient must be by the key, whose rows the host sums by it anyway. A leaf's own
+    field's gradient, or an effect that reads only the key (counted once a leaf), is not."""
+    ops = case.ops
+    decided = {}
+
+    def by_key(value):
+        """Whether `value` depends on nothing but the parameters and the key's rows."""
+        if value not in decided:
+            op = ops[value]
+            if op.kind in ("param", "const", "fill"):
+                decided[value] = True
+            elif op.kind == "gather":
+                decided[value] = op.attrs[1] == key
+            else:
+                decided[value] = bool(op.args) and all(by_key(arg) for arg in op.args)
+        return decided[value]
+
+    def root(value):
+        """The value a chain of products by parameters starts from."""
+        op = ops[value]
+        if op.kind in ("matvec", "matmul") and by_key(op.args[0]):
+            return root(op.args[1])
+        return value
+
+    roots = set()
+    for op in ops:
+        if op.kind == "grad_param":
+            linear = op.args
+        elif op.kind == "grad_param_outer":
+            linear = [arg for arg in op.args if not by_key(arg)]
+            if len(linear) != 1:
+                return None
+        elif op.kind == "grad_table" and op.attrs[1] == key:
+            linear = op.args[:1]
+        elif op.kind in EFFECT_NAMES or op.kind == "grad_child":
+            return None
+        else:
+            continue
+        if any(by_key(arg) for arg in linear):
+            return None
+        roots.update(root(arg) for arg in linear)
+    if len(roots) != 1:
+        return None
+    (value,) = roots
+    return value if len(ops[value].shape) == 1 else None
+
+
+def _grouped_leaves(cell, case, value, key, kept_places, row_block, gradient_columns):
+    """(statements, `GradientRows`) of the leaf pass in three (`leaf_group_value`): each
+    leaf's `value` into a row of its own (`leaf_v…`); each group of leaves sharing `key`
+    (`group_ptr`, `group_leaves`) summed into a row (`group_v…`); the effects once a group,
+    from its sum, at its first leaf, whose key the group's leaves share."""
+    size = case.ops[value].size
+    outputs, gradients = effect_outputs(case, "group_", RowsOf.LEAF_GROUPS, Var("slot"),
+                                        gradient_columns=gradient_columns)
+    rows, sums = f"leaf_v{value}", f"group_v{value}"
+    stored = [target.array for output, target in outputs
+              if output == value and target == GradientRow(target.array, Var("slot"))]
+    if stored:  # the sums are an effect's rows themselves (a weight gradient's vector)
+        sums = stored[0]
+        outputs = [(output, target) for output, target in outputs
+                   if (output, target) != (value, GradientRow(sums, Var("slot")))]
+    leaf_pass = PassLowering(cell, case, "leaf_", Var("num_leaves"),
+                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), kept_places,
+                             row_block, shared_segments=True)
+    allocations, statements = leaf_pass.lower([(value, GradientRow(rows, Var("slot")))])
+    group, element = Var("slot"), Var("e")
+    at = (group, element)
+    members = Loop("member", Load("group_ptr", (group,)), Load("group_ptr", (add(group, 1),)), (
+        Let("leaf", Load("group_leaves", (Var("member"),))),
+        Loop("e", Const(0), Const(size), (Store(sums, at, BinOp(
+            "+", Load(sums, at), Load(rows, (Var("leaf"), element)))),), LoopRole.ELEMENTS)),
+        LoopRole.GROUP_LEAVES)
+    summing = Loop("slot", Const(0), Var("num_leaf_groups"), (
+        Loop("e", Const(0), Const(size), (Store(sums, at, Const(0.0)),), LoopRole.ELEMENTS),
+        members), LoopRole.NODES)
+    first_leaf = Load("group_leaves", (Load("group_ptr", (group,)),))
+    group_pass = PassLowering(cell, case, "group_", Var("num_leaf_groups"),
+                              add(Var("leaf_begin"), first_leaf), Var("num_leaf_groups"),
+                              {value: (sums, 1, 0, group, 1)}, row_block, shared_segments=True,
+                              operands_in_place=True)
+    group_allocations, group_statements = group_pass.lower(outputs)
+    body = ([Alloc(rows, (Var("num_leaves"), Const(size)))] + allocations + statements
+            + [Barrier("the groups sum their leaves' rows"),
+               Comment(f"the leaves' v{value} summed by group, leaves sharing `{key}`")]
+            + ([] if stored else [Alloc(sums, (Var("num_leaf_groups"), Const(size)))])
+            + [summing, Barrier("the groups' effects read their sums")]
+            + group_allocations + group_statements)
+    return body, gradients
 
 
 # Where a backward pass reads a kept product's row: the node's, the edge's, the leaf's, or
@@ -342,11 +459,13 @@ def _from_parents(cell, count, node_of_slot):
             Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
 
 
-def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, distinct_key):
+def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, distinct_key,
+                     group_key):
     components = range(len(cell.state_shapes))
     distinct = any(product.rows is RowsOf.DISTINCT_LEAVES for product in kept)
     structure = (STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
-                 + (("leaf_slot",) if distinct else ()))
+                 + (("leaf_slot",) if distinct else ())
+                 + (("group_ptr", "group_leaves") if group_key else ()))
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
@@ -359,8 +478,9 @@ def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, dis
                      for name in dict.fromkeys(product.array for product in kept))
              + tuple(Argument(name, ArgumentRole.GRADIENT)
                      for name in dict.fromkeys(rows.name for rows in gradients)))
-    return Kernel(f"{cell.name}_backward", cell.dtype, SCALARS,
+    return Kernel(f"{cell.name}_backward", cell.dtype,
+                  SCALARS + (("num_leaf_groups",) if group_key else ()),
                   tuple(argument.name for argument in roles), (), body,
                   transposed=transposed_views(adjoints.values(), body), roles=roles,
                   gradients=gradients, kept=kept,
-                  distinct_key=distinct_key if distinct else None)
+                  distinct_key=distinct_key if distinct else None, group_key=group_key)

@@ -69,6 +69,7 @@ class LoopRole(Enum):
     DOT = "dot"  # the contraction index of a product computed in the node (serial)
     ROOTS = "roots"  # the forest's roots, gathering their states (parallel)
     PARENT_EDGES = "parent edges"  # a DAG node's edges from its parents (serial: sums)
+    GROUP_LEAVES = "group leaves"  # the leaves of a group, whose rows it sums (serial: sums)
 
 
 PARALLEL_ROLES = frozenset({LoopRole.NODES, LoopRole.ITEMS, LoopRole.ROOTS})
@@ -218,6 +219,7 @@ class RowsOf(Enum):
     LEAVES = "leaves"  # row = node - leaf_begin
     EDGES = "edges"  # row = edge, the child_idx position of a node's edge to a child
     DISTINCT_LEAVES = "distinct leaves"  # row = a leaf's `leaf_slot`: its distinct key's index
+    LEAF_GROUPS = "leaf groups"  # row = a group of leaves (`group_ptr`), summed: see `group_key`
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,9 @@ class Kernel:
     roles: tuple = ()         # an `Argument` for each of `arrays`
     gradients: tuple = ()     # a backward kernel's `GradientRows`, each also in `arrays`
     kept: tuple = ()          # the `KeptProduct`s a forward keeps, or a backward reads
+    # A backward's: the field whose value its leaves share in a group (`group_ptr`,
+    # `group_leaves`), whose rows it sums before its leaves' products (`lowering.backward`).
+    group_key: str = None
 
     def arrays_of(self, *roles):
         """The array arguments of these roles, in the order of `arrays`."""

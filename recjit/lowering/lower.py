@@ -417,8 +417,11 @@ class PassLowering:
 
     def __init__(self, cell, case, prefix, count, node_of_slot, capacity, available, row_block,
                  edge_capacity=None, distinct=None, first_node=None, children_inside=False,
-                 shared_segments=False, keep=None):
+                 shared_segments=False, keep=None, operands_in_place=False):
         self.cell = cell
+        # Products read an available value (`available`) where it lies, a row a slot, with
+        # no packed copy (`rows_in_place`): a backward's sums over groups of leaves.
+        self.operands_in_place = operands_in_place
         # The products' rows written where the backward reads them (`Schedule(remat=False)`):
         # `keep`, what a row of the arrays the kernel returns stands for (`RowsOf`: an
         # internal node, a leaf, a distinct key; an edge for a product per child), each
@@ -594,10 +597,10 @@ class PassLowering:
             suffix = ("" if phase == 1 else str(phase)) + ("_child" if per_child else "")
             x, y = (f"{self.prefix}{side}{suffix}_{label(weight)}" for side in "xy")
             rows, inner = self.case.ops[self.case.ops[uses[0][0]].args[0]].shape
-            in_place = None if per_child else self.field_rows(uses)
+            in_place = None if per_child else self.rows_in_place(uses)
             if in_place:
-                products.append(self.field_product(in_place, weight, uses[0][0], y, suffix,
-                                                   rows, allocations))
+                products.append(self.product_in_place(in_place, weight, uses[0][0], y, suffix,
+                                                      rows, allocations))
                 continue
             widths = [self.case.ops[value].shape[1:] or (1,) for value, _ in uses]
             stride = sum(width[0] for width in widths)
@@ -638,14 +641,27 @@ class PassLowering:
         return allocations, [self.product_loop(node_packs),
                              Barrier("the products read the packed inputs")] + products
 
-    def field_product(self, in_place, weight, value, y, suffix, rows, allocations):
-        """The product of `weight` with a vector field, read where it lies (`field_rows`)."""
-        field, first_node = in_place
+    def product_in_place(self, in_place, weight, value, y, suffix, rows, allocations):
+        """The product of `weight` with vectors read where they lie (`rows_in_place`)."""
+        x, first_row = in_place
         y, y_row, y_slot = self.product_rows(y, suffix, weight, [(value, 1)], rows, False,
                                              allocations)
         self.locations[value] = (y, 1, 0, y_slot, 1)
-        return MatMul(param_name(weight), field_name(field), y, self.product_count,
-                      self.row_block, x_row=first_node, y_row=y_row)
+        return MatMul(param_name(weight), x, y, self.product_count, self.row_block,
+                      x_row=first_row, y_row=y_row)
+
+    def rows_in_place(self, uses):
+        """(array, its first row) where a weight's only product here multiplies vectors that
+        lie a row a slot, in order, in an array: a vector field of consecutive nodes
+        (`field_rows`), or, with `operands_in_place`, a value the pass reads from its own
+        row of an array (`available`); no packed copy then."""
+        in_place = self.field_rows(uses)
+        if in_place or not self.operands_in_place or len(uses) != 1:
+            return in_place
+        location = self.locations.get(uses[0][1])
+        if self.product_slot == "slot" and location and location[1:] == (1, 0, Var("slot"), 1):
+            return location[0], None
+        return None
 
     def product_rows(self, y, suffix, weight, values, width, per_child, allocations):
         """(the array a weight's products write, their first row there, the expression of a
@@ -677,9 +693,9 @@ class PassLowering:
                 else Var(self.product_slot))
 
     def field_rows(self, uses):
-        """(field, first node) when a weight's only product here multiplies a vector field of
-        the pass's nodes and those are consecutive: the product reads the field's rows where
-        they are, with no packed copy (DAG-RNN's `W @ node.x`)."""
+        """(the field's array, first node) when a weight's only product here multiplies a
+        vector field of the pass's nodes and those are consecutive: the product reads the
+        field's rows where they are, with no packed copy (DAG-RNN's `W @ node.x`)."""
         if len(uses) != 1 or self.product_slot != "slot":
             return None
         operand = self.case.ops[uses[0][1]]
@@ -687,9 +703,9 @@ class PassLowering:
             return None
         node = self.product_node
         if node == Var("slot"):
-            return operand.attrs[0], None
+            return field_name(operand.attrs[0]), None
         if isinstance(node, BinOp) and node.operator == "+" and node.right == Var("slot"):
-            return operand.attrs[0], node.left
+            return field_name(operand.attrs[0]), node.left
         return None
 
     def element_loops(self, variable, values, size, stores, columns=0):

@@ -272,6 +272,21 @@ def finite_difference(loss, value):
     return gradient
 
 
+def assert_same_gradients(got, expected, rtol=1e-10, atol=1e-12, note=""):
+    """Two `Gradients` alike: every parameter's (per tree, a gathered table's `RowGrad` a
+    tree), every field's."""
+    for name in sorted(vars(expected.params)):
+        own_rows, their_rows = (getattr(gradients.params, name) for gradients in (got, expected))
+        if not isinstance(their_rows, list):  # per tree, a table's gradient is a list
+            own_rows, their_rows = [own_rows], [their_rows]
+        for own, theirs in zip(own_rows, their_rows, strict=True):
+            np.testing.assert_allclose(np.asarray(own), np.asarray(theirs), rtol=rtol,
+                                       atol=atol, err_msg=f"parameter {name}{note}")
+    for name in expected.fields:
+        np.testing.assert_allclose(got.fields[name], expected.fields[name], rtol=rtol,
+                                   atol=atol, err_msg=f"field {name}{note}")
+
+
 def assert_gradients_are_differences(model, forest, p, seed, context=()):
     """Every gradient of one pullback against central differences of the plain recursion."""
     out, pullback = model.vjp(forest, p, context=context)

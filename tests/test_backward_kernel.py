@@ -15,7 +15,7 @@ from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
 from recjit.lowering import ilir
 
-from conftest import random_dags, seeds
+from conftest import assert_same_gradients, random_dags, seeds
 from test_gradients import HIDDEN, VOCAB, pullback_and_cotangents
 
 few = settings(max_examples=3)
@@ -239,7 +239,7 @@ def test_the_leaves_rows_are_summed_by_word_before_their_products():
         ("group_grad_W_iou_45_a", ilir.Var("num_leaf_groups"))]  # the sums, read in place
     got = pullback(roots=roots, nodes=nodes)
     expected = pullback.interpreted()(roots=roots, nodes=nodes)
-    assert_same_tree_lstm_gradients(got, expected)
+    assert_same_gradients(got, expected)
     np.testing.assert_array_equal(got.params.E.indices, [0, 1, 2])
 
 
@@ -248,15 +248,8 @@ def test_per_tree_gradients_sum_the_leaves_of_one_tree_and_one_word():
     pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, REPEATED_WORDS, p, 5)
     got = pullback(roots=roots, nodes=nodes, per_tree=True)
     expected = pullback.interpreted()(roots=roots, nodes=nodes, per_tree=True)
-    assert_same_tree_lstm_gradients(got, expected)
+    assert_same_gradients(got, expected)
     assert [list(rows.indices) for rows in got.params.E] == [[0, 1, 2], [0, 1, 2]]
-
-
-def assert_same_tree_lstm_gradients(got, expected):
-    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f", "E"):
-        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
-                                   np.asarray(getattr(expected.params, name)),
-                                   rtol=1e-10, atol=1e-12, err_msg=name)
 
 
 def test_leaf_groups_hold_the_leaves_of_one_word_and_per_tree_of_one_tree_and_word():
@@ -277,26 +270,53 @@ def test_leaf_groups_hold_the_leaves_of_one_word_and_per_tree_of_one_tree_and_wo
 
 @rj.recursive_model(arity=2)
 def two_gated_leaves(node, p):
-    """A leaf's effects read two of its values (each gate's), so its rows are not summed."""
+    """A leaf's effects read two of its values (each gate's), each summed by word."""
     if node.is_leaf:
         x = p.E[node.word]
         return rj.tanh(p.W @ x) + rj.sigmoid(p.V @ x)
     return rj.tanh(p.U @ (two_gated_leaves(node.left, p) + two_gated_leaves(node.right, p)))
 
 
-def test_leaves_whose_effects_read_two_of_their_values_are_not_summed_by_word():
-    rng = np.random.default_rng(6)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 2)), W=rng.normal(size=(HIDDEN, 2)),
-                  V=rng.normal(size=(HIDDEN, 2)), U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+@rj.recursive_model(arity=2)
+def leaves_with_a_field(node, p):
+    """A leaf reads a float field of its own, whose gradient is the leaf's alone."""
+    if node.is_leaf:
+        return rj.tanh(p.W @ p.E[node.word]) * node.x
+    return rj.tanh(p.U @ (leaves_with_a_field(node.left, p)
+                          + leaves_with_a_field(node.right, p)))
+
+
+def gated_params(seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(VOCAB, 2)), W=rng.normal(size=(HIDDEN, 2)),
+                     V=rng.normal(size=(HIDDEN, 2)), U=rng.normal(size=(HIDDEN, HIDDEN)) / 2)
+
+
+def assert_compiled_gradients_are_the_adjoints(pullback, roots, nodes, per_tree=False):
+    assert_same_gradients(pullback(roots=roots, nodes=nodes, per_tree=per_tree),
+                          pullback.interpreted()(roots=roots, nodes=nodes, per_tree=per_tree))
+
+
+@pytest.mark.parametrize("per_tree", [False, True], ids=["whole", "per tree"])
+def test_leaves_whose_effects_read_two_of_their_values_sum_each_by_word(per_tree):
     forest = rj.Forest.random_binary(2, seed=3, mean_leaves=6, vocab_size=VOCAB)
-    pullback, roots, nodes = pullback_and_cotangents(two_gated_leaves, forest, p, 6)
+    pullback, roots, nodes = pullback_and_cotangents(two_gated_leaves, forest,
+                                                     gated_params(6), 6)
+    kernel = pullback.compiled.kernel
+    assert kernel.group_key == "word"
+    summed = [array for array in kernel.arrays if array.startswith("group_")]
+    assert any(array.startswith("group_grad_W") for array in summed)
+    assert any(array.startswith("group_grad_V") for array in summed)
+    assert_compiled_gradients_are_the_adjoints(pullback, roots, nodes, per_tree)
+
+
+def test_leaves_that_read_a_float_field_of_their_own_are_not_summed_by_word():
+    forest = rj.Forest.random_binary(2, seed=4, mean_leaves=6, vocab_size=VOCAB)
+    forest.fields["x"] = np.random.default_rng(7).normal(size=(forest.num_nodes, HIDDEN))
+    pullback, roots, nodes = pullback_and_cotangents(leaves_with_a_field, forest,
+                                                     gated_params(7), 7)
     assert pullback.compiled.kernel.group_key is None
-    got, expected = pullback(roots=roots, nodes=nodes), pullback.interpreted()(roots=roots,
-                                                                                nodes=nodes)
-    for name in ("E", "W", "V", "U"):
-        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
-                                   np.asarray(getattr(expected.params, name)), rtol=1e-10,
-                                   err_msg=name)
+    assert_compiled_gradients_are_the_adjoints(pullback, roots, nodes)
 
 
 def test_rows_per_node_are_refused_where_the_backward_summed_them_by_word():

@@ -14,7 +14,8 @@ from recjit.lowering.backward import gradient_sums
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
 
 from conftest import cotangents, seeds
-from test_gradients import HIDDEN, VOCAB, ZOO, assert_same_gradients, fielded, fielded_params
+from conftest import assert_same_gradients
+from test_gradients import HIDDEN, VOCAB, ZOO, fielded, fielded_params
 
 FUSED, UNFUSED = rj.Schedule(), rj.Schedule(fusion=False)
 FOREST = rj.Forest.from_nested([((1, 2), (3, (4, 5))), (0, 1)])

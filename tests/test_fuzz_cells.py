@@ -10,8 +10,8 @@ from hypothesis import event, given, settings, strategies as st
 
 import recjit as rj
 
-from conftest import (assert_gradients_are_differences, assert_same_result, binary_forests,
-                      import_source, nary_forests)
+from conftest import (assert_gradients_are_differences, assert_same_gradients, assert_same_result,
+                      binary_forests, import_source, nary_forests)
 
 HIDDEN, VOCAB = 3, 8
 MODULES = tempfile.mkdtemp(prefix="recjit-fuzz-cells-")
@@ -165,3 +165,39 @@ def test_a_random_cell_equals_the_recursion_or_raises_a_recjit_error(cell, binar
     # square themselves up a tree reach 1e12, where a step of 1e-6 is lost)
     if dtype == "float64" and all(np.abs(state).max() < 1e3 for state in reference.nodes):
         assert_gradients_are_differences(model, forest, p, seed)
+
+
+@st.composite
+def cells_with_leaf_products(draw):
+    """A binary cell whose leaf multiplies its word's embedding by a parameter somewhere: the
+    leaves the CPU's backward may sum by word before their products."""
+    leaf = draw(expressions(["(p.W0 @ p.E[node.word])", "(p.E[node.word] @ p.W1)", "p.b0"]))
+    if "node.word" not in leaf:
+        leaf = f"({leaf} + p.W0 @ p.E[node.word])"
+    internal = draw(expressions(["hl", "hr", "p.b1"], depth=1))
+    return ("import numpy as np\n\nimport recjit as rj\n\n\n"
+            "@rj.recursive_model(arity=2)\n"
+            "def cell(node, p):\n"
+            "    if node.is_leaf:\n"
+            f"        return {leaf}\n"
+            "    hl = cell(node.left, p)\n"
+            "    hr = cell(node.right, p)\n"
+            f"    return {internal}\n")
+
+
+@settings(max_examples=5)
+@given(source=cells_with_leaf_products(),
+       forest=binary_forests(4, max_trees=3, max_leaves=8), seed=st.integers(0, 2**32 - 1),
+       per_tree=st.booleans())
+def test_a_random_leafs_gradients_summed_by_word_are_the_adjoints(source, forest, seed,
+                                                                  per_tree):
+    """Leaves of four words: most words repeat, and where the leaf's effects allow it the
+    backward sums their rows by word (by tree and word, per tree) before its products."""
+    model = load(source)
+    out, pullback = model.vjp(forest, parameters(seed, "float64"))
+    event(f"summed by word: {pullback.compiled.kernel.group_key is not None}")
+    rng = np.random.default_rng(seed)
+    roots, nodes = (rng.normal(size=states[0].shape) for states in (out.roots, out.nodes))
+    assert_same_gradients(pullback(roots=roots, nodes=nodes, per_tree=per_tree),
+                          pullback.interpreted()(roots=roots, nodes=nodes, per_tree=per_tree),
+                          rtol=1e-9, atol=1e-11, note=f"\n{source}")

@@ -18,7 +18,8 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (assert_gradients_are_differences, attentive_child_sum, attentive_params,
+from conftest import (assert_gradients_are_differences, assert_same_gradients,
+                      attentive_child_sum, attentive_params,
                       binary_forests, child_mean, cotangents, gated_child_list, nary_forests,
                       powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn,
                       scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
@@ -323,16 +324,6 @@ def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
     with pytest.raises(rj.InputError, match="wrt must name a float field the cell reads or a "
                                             "table it gathers rows from, not 'W'"):
         tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")
-
-
-def assert_same_gradients(got, expected):
-    for name in sorted(vars(expected.params)):
-        np.testing.assert_allclose(np.asarray(getattr(got.params, name)),
-                                   np.asarray(getattr(expected.params, name)),
-                                   rtol=1e-10, atol=1e-12, err_msg=f"parameter {name}")
-    for name in expected.fields:
-        np.testing.assert_allclose(got.fields[name], expected.fields[name], rtol=1e-10,
-                                   atol=1e-12, err_msg=f"field {name}")
 
 
 def pullback_and_cotangents(model, forest, p, seed):

@@ -20,13 +20,13 @@ one loop over the elements. What a pass sends on is where the effects go:
   kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
   `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
 
-After the last batch, one pass over every leaf. Where the leaves' effects are all linear in one
-of their values, and otherwise read only what their key (`node.word`) decides, and the whole
-gradient is wanted (`group_leaves`), that pass is three: each leaf's value into a row of its
-own, each group of leaves sharing a key summed into one row (a group per word, or per tree and
-word for per-tree gradients), and the effects once a group from its sum (`leaf_group_value`):
-SST's 483 leaves of 25 trees are 287 words, and the products by the transposed weights and
-the weights' gradients take that many rows."""
+After the last batch, one pass over every leaf. Where the leaves' effects are linear in some of
+their values, and otherwise read only what their key (`node.word`) decides, and the whole
+gradient is wanted (`group_leaves`), that pass is three: each leaf's values into rows of their
+own, each group of leaves sharing a key summed into one row each (a group per word, or per
+tree and word for per-tree gradients), and the effects once a group from the sums
+(`leaf_group_values`): SST's 483 leaves of 25 trees are 287 words, and the products by the
+transposed weights and the weights' gradients take that many rows."""
 import math
 from dataclasses import dataclass, replace
 
@@ -279,7 +279,7 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
     per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`. With
     `gradient_columns`, a weight gradient's vectors are stored a column per node, else a row
     (see the module's docstring); with `group_leaves`, the leaves' rows are summed by group
-    where their effects allow it (`leaf_group_value`), for all effects only."""
+    where their effects allow it (`leaf_group_values`), for all effects only."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
                                                     shared_children, gradient_columns)
@@ -302,7 +302,7 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         LoopRole.BATCHES)
     leaf_case = adjoints["leaf"]
     group_key = key_of_leaves(leaf_case) if group_leaves and wanted is None else None
-    grouped = leaf_group_value(leaf_case, group_key) if group_key else None
+    grouped = leaf_group_values(leaf_case, group_key) if group_key else None
     if grouped is None:
         group_key = None
         leaf_outputs, leaf_gradients = effect_outputs(leaf_case, "leaf_", RowsOf.LEAVES,
@@ -328,13 +328,14 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
                             shared_children, tuple(kept), distinct_key, group_key)
 
 
-def leaf_group_value(case, key):
-    """The value of the leaf adjoint `case` whose sum over leaves sharing field `key` gives
-    the sum of every effect over them, or None. Each effect must read that value, or its
-    products by parameters (linear in it: Σ W v = W Σ v), and otherwise only what the key
-    decides (parameters, rows gathered by the key: Σ v ⊗ E[word] = (Σ v) ⊗ E[word]); a
-    table's gradient must be by the key, whose rows the host sums by it anyway. A leaf's own
-    field's gradient, or an effect that reads only the key (counted once a leaf), is not."""
+def leaf_group_values(case, key):
+    """The values of the leaf adjoint `case` whose sums over leaves sharing field `key` give
+    the sum of every effect over them, or None. Each effect must read per-leaf values only
+    through products by parameters (linear: Σ W v = W Σ v), which then run once a group, and
+    otherwise only what the key decides (parameters, rows gathered by the key: Σ v ⊗ E[word]
+    = (Σ v) ⊗ E[word]); a table's gradient must be by the key, whose rows the host sums by it
+    anyway. A leaf's own field's gradient, or an effect that reads only the key (counted once
+    a leaf), is not; nor is a matrix."""
     ops = case.ops
     decided = {}
 
@@ -357,69 +358,79 @@ def leaf_group_value(case, key):
             return root(op.args[1])
         return value
 
-    roots = set()
+    roots = []
     for op in ops:
         if op.kind == "grad_param":
-            linear = op.args
+            per_leaf = op.args
         elif op.kind == "grad_param_outer":
-            linear = [arg for arg in op.args if not by_key(arg)]
-            if len(linear) != 1:
+            per_leaf = [arg for arg in op.args if not by_key(arg)]
+            if len(per_leaf) != 1:
                 return None
         elif op.kind == "grad_table" and op.attrs[1] == key:
-            linear = op.args[:1]
+            per_leaf = op.args[:1]
         elif op.kind in EFFECT_NAMES or op.kind == "grad_child":
             return None
         else:
             continue
-        if any(by_key(arg) for arg in linear):
+        if any(by_key(arg) for arg in per_leaf):
             return None
-        roots.update(root(arg) for arg in linear)
-    if len(roots) != 1:
+        roots += [root(arg) for arg in per_leaf if root(arg) not in roots]
+    if not roots or any(len(ops[value].shape) > 1 for value in roots):
         return None
-    (value,) = roots
-    return value if len(ops[value].shape) == 1 else None
+    return tuple(roots)
 
 
-def _grouped_leaves(cell, case, value, key, kept_places, row_block, gradient_columns):
-    """(statements, `GradientRows`) of the leaf pass in three (`leaf_group_value`): each
-    leaf's `value` into a row of its own (`leaf_v…`); each group of leaves sharing `key`
-    (`group_ptr`, `group_leaves`) summed into a row (`group_v…`); the effects once a group,
-    from its sum, at its first leaf, whose key the group's leaves share."""
-    size = case.ops[value].size
-    outputs, gradients = effect_outputs(case, "group_", RowsOf.LEAF_GROUPS, Var("slot"),
+def _grouped_leaves(cell, case, values, key, kept_places, row_block, gradient_columns):
+    """(statements, `GradientRows`) of the leaf pass in three (`leaf_group_values`): each
+    leaf's `values` into rows of their own (`leaf_v…`); each group of leaves sharing `key`
+    (`group_ptr`, `group_leaves`) summed into a row of each (`group_v…`, or the rows of an
+    effect that stores the value itself: a weight gradient's vector); the effects once a
+    group, from the sums, at its first leaf, whose key the group's leaves share."""
+    group, element = Var("slot"), Var("e")
+    outputs, gradients = effect_outputs(case, "group_", RowsOf.LEAF_GROUPS, group,
                                         gradient_columns=gradient_columns)
-    rows, sums = f"leaf_v{value}", f"group_v{value}"
-    stored = [target.array for output, target in outputs
-              if output == value and target == GradientRow(target.array, Var("slot"))]
-    if stored:  # the sums are an effect's rows themselves (a weight gradient's vector)
-        sums = stored[0]
-        outputs = [(output, target) for output, target in outputs
-                   if (output, target) != (value, GradientRow(sums, Var("slot")))]
+    rows, sums, scratch = {}, {}, []
+    for value in values:
+        rows[value] = f"leaf_v{value}"
+        stored = [target for output, target in outputs
+                  if output == value and target == GradientRow(target.array, group)]
+        if stored:
+            sums[value] = stored[0].array
+            outputs.remove((value, stored[0]))
+        else:
+            sums[value] = f"group_v{value}"
+            scratch.append(Alloc(sums[value], (Var("num_leaf_groups"),
+                                               Const(case.ops[value].size))))
     leaf_pass = PassLowering(cell, case, "leaf_", Var("num_leaves"),
                              add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), kept_places,
                              row_block, shared_segments=True)
-    allocations, statements = leaf_pass.lower([(value, GradientRow(rows, Var("slot")))])
-    group, element = Var("slot"), Var("e")
-    at = (group, element)
-    members = Loop("member", Load("group_ptr", (group,)), Load("group_ptr", (add(group, 1),)), (
-        Let("leaf", Load("group_leaves", (Var("member"),))),
-        Loop("e", Const(0), Const(size), (Store(sums, at, BinOp(
-            "+", Load(sums, at), Load(rows, (Var("leaf"), element)))),), LoopRole.ELEMENTS)),
-        LoopRole.GROUP_LEAVES)
-    summing = Loop("slot", Const(0), Var("num_leaf_groups"), (
-        Loop("e", Const(0), Const(size), (Store(sums, at, Const(0.0)),), LoopRole.ELEMENTS),
-        members), LoopRole.NODES)
+    allocations, statements = leaf_pass.lower([(value, GradientRow(rows[value], group))
+                                               for value in values])
+
+    def each_element(value, store):
+        return Loop("e", Const(0), Const(case.ops[value].size), (store,), LoopRole.ELEMENTS)
+
+    zeros = [each_element(value, Store(sums[value], (group, element), Const(0.0)))
+             for value in values]
+    added = [each_element(value, Store(sums[value], (group, element), BinOp(
+        "+", Load(sums[value], (group, element)), Load(rows[value], (Var("leaf"), element)))))
+        for value in values]
+    members = Loop("member", Load("group_ptr", (group,)), Load("group_ptr", (add(group, 1),)),
+                   (Let("leaf", Load("group_leaves", (Var("member"),))), *added),
+                   LoopRole.GROUP_LEAVES)
+    summing = Loop("slot", Const(0), Var("num_leaf_groups"), (*zeros, members), LoopRole.NODES)
     first_leaf = Load("group_leaves", (Load("group_ptr", (group,)),))
     group_pass = PassLowering(cell, case, "group_", Var("num_leaf_groups"),
                               add(Var("leaf_begin"), first_leaf), Var("num_leaf_groups"),
-                              {value: (sums, 1, 0, group, 1)}, row_block, shared_segments=True,
-                              operands_in_place=True)
+                              {value: (sums[value], 1, 0, group, 1) for value in values},
+                              row_block, shared_segments=True, operands_in_place=True)
     group_allocations, group_statements = group_pass.lower(outputs)
-    body = ([Alloc(rows, (Var("num_leaves"), Const(size)))] + allocations + statements
+    names = ", ".join(f"v{value}" for value in values)
+    body = ([Alloc(rows[value], (Var("num_leaves"), Const(case.ops[value].size)))
+             for value in values] + allocations + statements
             + [Barrier("the groups sum their leaves' rows"),
-               Comment(f"the leaves' v{value} summed by group, leaves sharing `{key}`")]
-            + ([] if stored else [Alloc(sums, (Var("num_leaf_groups"), Const(size)))])
-            + [summing, Barrier("the groups' effects read their sums")]
+               Comment(f"the leaves' {names} summed by group, leaves sharing `{key}`")]
+            + scratch + [summing, Barrier("the groups' effects read their sums")]
             + group_allocations + group_statements)
     return body, gradients
 

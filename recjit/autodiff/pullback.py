@@ -118,7 +118,8 @@ class Pullback:
             if sink.trees is None:
                 sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
             else:
-                sink.outer(name, a_rows, b_rows, nodes)
+                sink.outer(name, a_rows, b_rows, nodes,
+                           self.compiled.weight_gradients_by_tree)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
@@ -223,14 +224,19 @@ class Sink:
             total[rows] = np.add.reduceat(values[order], bounds[:-1][rows], axis=0)
         self.add(name, total)
 
-    def outer(self, name, a, b, nodes):
-        """Add Σ a[row] ⊗ b[row], over the rows (each of node `nodes[row]`)."""
+    def outer(self, name, a, b, nodes, by_tree=None):
+        """Add Σ a[row] ⊗ b[row], over the rows (each of node `nodes[row]`); per tree, with
+        `by_tree(a, b, order, bounds)` (a backend's products, tree t's rows being
+        order[bounds[t]:bounds[t + 1]]), or NumPy's, a product a tree."""
         if self.trees is None:
             self.add(name, a.T @ b)
             return
-        total = np.empty((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
         order, bounds = self.by_tree(nodes)
-        for tree in range(total.shape[0]):  # one product a tree, over its rows
+        if by_tree is not None:
+            self.add(name, by_tree(a, b, order, bounds))
+            return
+        total = np.empty((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
+        for tree in range(total.shape[0]):
             rows = order[bounds[tree]:bounds[tree + 1]]
             total[tree] = a[rows].T @ b[rows]
         self.add(name, total)

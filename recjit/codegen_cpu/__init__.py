@@ -17,6 +17,8 @@ from .launch import Launcher
 guard_caches(runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
 _transpose = Launcher(calls.transpose, "recjit_cpu_transpose")
+_weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
+                                     "recjit_cpu_weight_gradients_by_tree")
 
 
 @functools.cache
@@ -169,6 +171,13 @@ class CpuBackward(GeneratedKernel):
         _weight_gradient(wide, self.columns_of(narrow), product, self.row_block,
                          size=product.size * wide.shape[0])
         return product.T if wide is a_rows else product
+
+    def weight_gradients_by_tree(self, a_rows, b_rows, order, bounds):
+        """Σ a ⊗ b over each tree's rows (tree t's: order[bounds[t]:bounds[t + 1]]), a
+        weight's per-tree gradients, the trees shared among the kernels' threads."""
+        totals = np.empty((bounds.size - 1, a_rows.shape[1], b_rows.shape[1]), self.dtype)
+        _weight_gradients_by_tree(a_rows, b_rows, order, bounds, totals, size=totals.size)
+        return totals
 
     @staticmethod
     def columns_of(rows):

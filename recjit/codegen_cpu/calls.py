@@ -126,6 +126,32 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
                      workers, True, claimed, starts)
 
 
+@numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
+def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
+    """totals[t] = Σ a[n] ⊗ b[n] over the rows n = order[bounds[t]:bounds[t + 1]] of tree
+    t: per-tree weight gradients, the trees shared among the threads (`workers` of them, as
+    numba's count is set), four rows at a time, so that each tree's gradient, tens of KiB
+    to MiB, is read and written a quarter as often as row by row."""
+    for tree in numba.prange(totals.shape[0]):
+        total = totals[tree]
+        total[:] = 0
+        first, end = bounds[tree], bounds[tree + 1]
+        while first + 4 <= end:
+            n0, n1, n2, n3 = order[first], order[first + 1], order[first + 2], order[first + 3]
+            for i in range(a_rows.shape[1]):
+                a0, a1, a2, a3 = a_rows[n0, i], a_rows[n1, i], a_rows[n2, i], a_rows[n3, i]
+                for j in range(b_rows.shape[1]):
+                    total[i, j] += (a0 * b_rows[n0, j] + a1 * b_rows[n1, j]
+                                    + a2 * b_rows[n2, j] + a3 * b_rows[n3, j])
+            first += 4
+        for row in range(first, end):
+            n = order[row]
+            for i in range(a_rows.shape[1]):
+                a0 = a_rows[n, i]
+                for j in range(b_rows.shape[1]):
+                    total[i, j] += a0 * b_rows[n, j]
+
+
 # The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.
 TRANSPOSE_TILE = 16
 

@@ -516,8 +516,7 @@ class RecursiveModel:
                                         shared_children=self.kind == "dag",
                                         kept=compiled.kernel.kept,
                                         distinct_key=compiled.kernel.distinct_key,
-                                        gradient_columns=key[0] != "cpu",
-                                        group_leaves=key[0] == "cpu")
+                                        gradient_columns=key[0] != "cpu")
             except UnsupportedError:
                 kernel = None  # a construct the backward lowering does not take yet
             if kernel is not None:

@@ -11,7 +11,7 @@ from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from recjit.autodiff import Pullback
 from recjit.codegen_cuda import device
 from recjit.lowering.backward import gradient_sums
-from tree_lstm import make_params as tree_lstm_params, tree_lstm
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
 from conftest import cotangents, seeds
 from conftest import assert_same_gradients
@@ -243,3 +243,13 @@ def test_a_jacobian_with_respect_to_a_gpu_field_is_the_host_fields(backend):
     np.testing.assert_allclose(
         fielded.jacobian(with_field_x(FOREST, cuda.to_device(x)), p, wrt="x", backend=backend),
         fielded.jacobian(with_field_x(FOREST, x), p, wrt="x"), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("per_tree", [False, True], ids=["whole", "per tree"])
+def test_the_gpus_backward_sums_the_leaves_by_word_as_the_cpus(per_tree):
+    forest = rj.Forest.from_nested([((1, 2, 1), (2, (1, 0))), (0, 1, 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    _, gpu = child_sum_tree_lstm.vjp(forest, p, backend="cuda")
+    assert gpu.compiled.kernel.group_key == "word"
+    assert_same_gradients(*gradients_on_both(child_sum_tree_lstm, forest, p, 3,
+                                             per_tree=per_tree))

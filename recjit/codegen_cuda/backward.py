@@ -22,8 +22,8 @@ class CudaBackward(CudaKernel):
     """`backward(linearized, params, states, cotangents, kept, whole=True)`: the arrays the
     host reads, by name: with `whole`, each `GradientSum` and the `GradientRows` none sums;
     else (per-tree gradients) every `GradientRows`. `kept`: the products the forward kept
-    for it, by name, on the device (`Schedule(remat=False)`), or on the host. Its kernels
-    sum no leaves by group (`lower_backward(group_leaves=False)`): `groups` is None. The host's
+    for it, by name, on the device (`Schedule(remat=False)`), or on the host. `groups`: the
+    `LeafGroups` whose rows a kernel with a `group_key` sums, uploaded with the forest. The host's
     inputs (states, cotangents, products kept on the host) go up with the forest's arrays in
     one packed copy, and the arrays read back come down in one copy (`PackedArrays`)."""
 
@@ -49,6 +49,10 @@ class CudaBackward(CudaKernel):
         with _running:
             kernel, dtype = self.kernel, self.dtype
             scalars, forest_arrays = forest_arguments(kernel, linearized)
+            if groups is not None:
+                group_scalars, group_arrays = groups.arguments()
+                scalars.update(group_scalars)
+                forest_arrays.update(group_arrays)
             inputs = {**dict(zip(kernel.arrays_of(ArgumentRole.STATE), states)),
                       **dict(zip(kernel.arrays_of(ArgumentRole.COTANGENT), cotangents)),
                       **{name: np.zeros(shape, dtype) for name, shape in
@@ -60,7 +64,7 @@ class CudaBackward(CudaKernel):
                 name: np.asarray(values, dtype) for name, values in inputs.items()
                 if name not in on_device})
             sums = gradient_sums(kernel)
-            shapes = {**gradient_shapes(kernel, linearized),
+            shapes = {**gradient_shapes(kernel, linearized, groups),
                       **{total.total: total.shape for total in sums}}
             left = ({part.name for total in sums for part in total.summed} if whole
                     else {total.total for total in sums})

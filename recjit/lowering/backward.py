@@ -271,15 +271,16 @@ def edge_cotangent_shapes(kernel, linearized, cotangents):
 
 
 def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False, kept=(),
-                   distinct_key=None, gradient_columns=False, group_leaves=False):
+                   distinct_key=None, gradient_columns=False, group_leaves=True):
     """The backward kernel of `cell` from its cases' adjoints ({"leaf": .., "internal": ..}),
     computing the `wanted` effects ((effect, parameter or field) pairs; None: all). With
     `shared_children` (a DAG's), children's cotangents go through their edges' rows. `kept`:
     the products the forward kept (`KeptProduct`s), read, not recomputed; a leaf's, kept once
     per distinct value of the forward's `distinct_key`, at the leaf's `leaf_slot`. With
     `gradient_columns`, a weight gradient's vectors are stored a column per node, else a row
-    (see the module's docstring); with `group_leaves`, the leaves' rows are summed by group
-    where their effects allow it (`leaf_group_values`), for all effects only."""
+    (see the module's docstring); with `group_leaves` (the default), the leaves' rows are
+    summed by group where their effects allow it (`leaf_group_values`), for all effects
+    only."""
     batch_outputs, batch_gradients = effect_outputs(adjoints["internal"], "batch_",
                                                     RowsOf.INTERNAL, Var("node"), wanted,
                                                     shared_children, gradient_columns)

@@ -716,20 +716,19 @@ def _backward_line(backward, backend):
     if backward is None:
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
                 "(the backward lowering does not take one of the cell's constructs yet)")
+    key = backward.kernel.group_key
+    grouped = (f"; the leaves' rows are summed by `{key}` (by tree and `{key}` for per-tree "
+               "gradients) before their products and gradients, once a group" if key else "")
     if backend == "cpu":
         reordered = ("; a node's per-child work runs after its own values, child by child "
                      "with the elements innermost (`vals_...` rows)"
                      if backward.children_after else "")
-        key = backward.kernel.group_key
-        grouped = (f"; the leaves' rows are summed by `{key}` (by tree and `{key}` for "
-                   "per-tree gradients) before their products and gradients, once a group"
-                   if key else "")
         return ("the backward is one call of the numba parallel kernel above" + reordered
                 + grouped + "; the host then multiplies each weight's rows (Σ a ⊗ b as one "
                 "product, the rows transposed in tiles) and sums the others")
-    return (f"the backward is the kernel above on the GPU ({backward.describe()}); the host "
-            "sums the rows of the other gradients, and every weight's rows for per-tree "
-            "gradients")
+    return (f"the backward is the kernel above on the GPU ({backward.describe()})" + grouped
+            + "; the host sums the rows of the other gradients, and every weight's rows for "
+            "per-tree gradients")
 
 
 def _source_functions(cell):

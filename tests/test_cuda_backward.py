@@ -251,5 +251,7 @@ def test_the_gpus_backward_sums_the_leaves_by_word_as_the_cpus(per_tree):
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
     _, gpu = child_sum_tree_lstm.vjp(forest, p, backend="cuda")
     assert gpu.compiled.kernel.group_key == "word"
+    assert "the leaves' rows are summed by `word`" in child_sum_tree_lstm.explain(
+        forest, p, backend="cuda", grad=True)
     assert_same_gradients(*gradients_on_both(child_sum_tree_lstm, forest, p, 3,
                                              per_tree=per_tree))

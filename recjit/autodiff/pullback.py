@@ -257,7 +257,8 @@ class Sink:
         `grouped`, each the sum over a group of leaves that share the row (`LeafGroups`),
         standing at its first leaf."""
         self.table_rows.setdefault(table, []).append((indices, values, nodes))
-        self.grouped_tables.update([table] if grouped else [])
+        if grouped:
+            self.grouped_tables.add(table)
 
     def field(self, name, nodes, values):
         shape = self.cell.fields[name][0]

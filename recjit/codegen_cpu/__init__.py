@@ -144,11 +144,7 @@ class CpuBackward(GeneratedKernel):
         sums no gradient over the nodes itself, so it returns every row whether the gradients
         are wanted `whole` or per tree (its groups then per tree): the host's products sum
         them (`weight_gradient`)."""
-        scalars, arrays = forest_arguments(self.kernel, linearized)
-        if groups is not None:
-            group_scalars, group_arrays = groups.arguments()
-            scalars.update(group_scalars)
-            arrays.update(group_arrays)
+        scalars, arrays = forest_arguments(self.kernel, linearized, groups)
         arrays.update(kept or {})
         gradients = {name: np.empty(shape, dtype=self.dtype) for name, shape
                      in gradient_shapes(self.kernel, linearized, groups).items()}

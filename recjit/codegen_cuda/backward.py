@@ -48,11 +48,7 @@ class CudaBackward(CudaKernel):
                  groups=None):
         with _running:
             kernel, dtype = self.kernel, self.dtype
-            scalars, forest_arrays = forest_arguments(kernel, linearized)
-            if groups is not None:
-                group_scalars, group_arrays = groups.arguments()
-                scalars.update(group_scalars)
-                forest_arrays.update(group_arrays)
+            scalars, forest_arrays = forest_arguments(kernel, linearized, groups)
             inputs = {**dict(zip(kernel.arrays_of(ArgumentRole.STATE), states)),
                       **dict(zip(kernel.arrays_of(ArgumentRole.COTANGENT), cotangents)),
                       **{name: np.zeros(shape, dtype) for name, shape in

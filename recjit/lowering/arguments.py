@@ -10,10 +10,11 @@ from .ilir import ArgumentRole
 from .lower import field_name, param_name
 
 
-def forest_arguments(kernel, linearized):
-    """(scalars, arrays): the kernel's arguments that come from the forest, by name; arrays
-    are contiguous, scalar (index) fields int64 and vector fields in the kernel's dtype, but
-    for GPU fields, still as the forest holds them (`Linearized.unpermuted`)."""
+def forest_arguments(kernel, linearized, groups=None):
+    """(scalars, arrays): the kernel's arguments that come from the forest, by name, and from
+    a backward's `LeafGroups` `groups`; arrays are contiguous, scalar (index) fields int64
+    and vector fields in the kernel's dtype, but for GPU fields, still as the forest holds
+    them (`Linearized.unpermuted`)."""
     leaf_begin = linearized.leaf_begin
     scalars = {"num_nodes": linearized.num_nodes, "leaf_begin": leaf_begin,
                "num_batches": linearized.num_batches,
@@ -31,6 +32,9 @@ def forest_arguments(kernel, linearized):
         arrays["parent_ptr"], arrays["parent_edge"] = parent_edges(linearized)
     if "item_begin" in kernel.arrays:
         arrays["batch_item"], arrays["item_begin"] = linearized.batch_item, linearized.item_begin
+    if groups is not None:
+        scalars["num_leaf_groups"] = groups.count
+        arrays["group_ptr"], arrays["group_leaves"] = groups.ptr, groups.leaves
     if kernel.distinct_key:
         keys = linearized.fields[kernel.distinct_key][leaf_begin:]
         arrays["leaf_distinct"], arrays["leaf_slot"] = distinct(keys)
@@ -62,11 +66,6 @@ class LeafGroups:
     def first_leaves(self):
         """Each group's first leaf, whose key (and tree) stand for the group's."""
         return self.leaves[self.ptr[:-1]]
-
-    def arguments(self):
-        """(scalars, arrays) of the kernel that sums them."""
-        return ({"num_leaf_groups": self.count},
-                {"group_ptr": self.ptr, "group_leaves": self.leaves})
 
 
 def leaf_groups(kernel, linearized, trees=None):

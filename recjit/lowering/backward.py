@@ -21,10 +21,10 @@ one loop over the elements. What a pass sends on is where the effects go:
   `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
 
 After the last batch, one pass over every leaf. Where the leaves' effects are linear in some of
-their values, and otherwise read only what their key (`node.word`) decides, and the whole
-gradient is wanted (`group_leaves`), that pass is three: each leaf's values into rows of their
-own, each group of leaves sharing a key summed into one row each (a group per word, or per
-tree and word for per-tree gradients), and the effects once a group from the sums
+their values, and otherwise read only what their key (`node.word`) decides, and every effect
+is wanted (not a jacobian's few; `group_leaves`), that pass is three: each leaf's values into
+rows of their own, each group of leaves sharing a key summed into one row each (a group per
+word, or per tree and word for per-tree gradients), and the effects once a group from the sums
 (`leaf_group_values`): SST's 483 leaves of 25 trees are 287 words, and the products by the
 transposed weights and the weights' gradients take that many rows."""
 import math
@@ -302,6 +302,9 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         + [Barrier("the next batch reads the cotangents this one sent its children")]),
         LoopRole.BATCHES)
     leaf_case = adjoints["leaf"]
+    leaf_pass = PassLowering(cell, leaf_case, "leaf_", Var("num_leaves"),
+                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
+                             row_block, shared_segments=True)
     group_key = key_of_leaves(leaf_case) if group_leaves and wanted is None else None
     grouped = leaf_group_values(leaf_case, group_key) if group_key else None
     if grouped is None:
@@ -309,14 +312,11 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         leaf_outputs, leaf_gradients = effect_outputs(leaf_case, "leaf_", RowsOf.LEAVES,
                                                       Var("slot"), wanted, shared_children,
                                                       gradient_columns)
-        leaf_pass = PassLowering(cell, leaf_case, "leaf_", Var("num_leaves"),
-                                 add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), leaves,
-                                 row_block, shared_segments=True)
         leaf_allocations, leaf_statements = leaf_pass.lower(leaf_outputs)
         leaf_body = leaf_allocations + leaves_gathered + leaf_statements
     else:
-        leaf_body, leaf_gradients = _grouped_leaves(cell, leaf_case, grouped, group_key,
-                                                    leaves, row_block, gradient_columns)
+        leaf_body, leaf_gradients = _grouped_leaves(cell, leaf_pass, grouped, group_key,
+                                                    row_block, gradient_columns)
         leaf_body = leaves_gathered + leaf_body
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
              Comment("the batches of internal nodes, roots first")] + allocations
@@ -381,12 +381,13 @@ def leaf_group_values(case, key):
     return tuple(roots)
 
 
-def _grouped_leaves(cell, case, values, key, kept_places, row_block, gradient_columns):
+def _grouped_leaves(cell, leaf_pass, values, key, row_block, gradient_columns):
     """(statements, `GradientRows`) of the leaf pass in three (`leaf_group_values`): each
-    leaf's `values` into rows of their own (`leaf_v…`); each group of leaves sharing `key`
-    (`group_ptr`, `group_leaves`) summed into a row of each (`group_v…`, or the rows of an
-    effect that stores the value itself: a weight gradient's vector); the effects once a
-    group, from the sums, at its first leaf, whose key the group's leaves share."""
+    leaf's `values` into rows of their own (`leaf_v…`, by `leaf_pass`); each group of leaves
+    sharing `key` (`group_ptr`, `group_leaves`) summed into a row of each (`group_v…`, or the
+    rows of an effect that stores the value itself: a weight gradient's vector); the effects
+    once a group, from the sums, at its first leaf, whose key the group's leaves share."""
+    case = leaf_pass.case
     group, element = Var("slot"), Var("e")
     outputs, gradients = effect_outputs(case, "group_", RowsOf.LEAF_GROUPS, group,
                                         gradient_columns=gradient_columns)
@@ -402,9 +403,6 @@ def _grouped_leaves(cell, case, values, key, kept_places, row_block, gradient_co
             sums[value] = f"group_v{value}"
             scratch.append(Alloc(sums[value], (Var("num_leaf_groups"),
                                                Const(case.ops[value].size))))
-    leaf_pass = PassLowering(cell, case, "leaf_", Var("num_leaves"),
-                             add(Var("leaf_begin"), Var("slot")), Var("num_leaves"), kept_places,
-                             row_block, shared_segments=True)
     allocations, statements = leaf_pass.lower([(value, GradientRow(rows[value], group))
                                                for value in values])
 

@@ -156,7 +156,7 @@ class RecjitCudaStep(RecjitStep):
     def __init__(self, initial):
         super().__init__(initial, "cuda")
         names = [name for name in self.params if name != self.TABLE] + [self.TABLE]
-        ends = np.cumsum([self.params[name].size for name in names])
+        ends = np.cumsum([self.params[name].size for name in names]).tolist()
         self.spans = {name: (end - self.params[name].size, end) for name, end in zip(names, ends)}
         flat = np.concatenate([self.params[name].ravel() for name in names])
         self.values, self.sums = cuda.to_device(flat), cuda.to_device(np.zeros_like(flat))

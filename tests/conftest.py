@@ -20,6 +20,28 @@ from recjit.linearize import random_bracketing
 
 sys.path.insert(0, os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "examples")))
 
+
+
+def refuse_numpy_grid_sizes_in_the_simulator():
+    """numba-cuda on a GPU refuses a NumPy integer as a launch's grid or block size, which the
+    simulator takes: make the simulator as strict, so that such a launch fails here too."""
+    from numba.cuda.simulator.kernel import FakeCUDAKernel
+    configure = FakeCUDAKernel.__getitem__
+
+    def strict(kernel, configuration):
+        for size in configuration[:2]:
+            for extent in size if isinstance(size, tuple) else (size,):
+                if not isinstance(extent, int):
+                    raise ValueError(f"a launch's grid and block sizes must be Python ints, as "
+                                     f"on a GPU; got {extent!r}")
+        return configure(kernel, configuration)
+
+    FakeCUDAKernel.__getitem__ = strict
+
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    refuse_numpy_grid_sizes_in_the_simulator()
+
 settings.register_profile("recjit", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recjit")

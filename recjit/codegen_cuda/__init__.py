@@ -290,7 +290,7 @@ class CudaKernel:
         """out[i] = source[order[i]] for i < rows, queued on the device."""
         if rows * out.shape[1]:
             blocks = min(-(-rows * out.shape[1] // self.threads), 4 * device.multiprocessors())
-            runtime.gather_rows[blocks, self.threads](source, order, out, rows)
+            runtime.gather_rows[int(blocks), self.threads](source, order, out, rows)
 
     def result(self, states, shapes, linearized, device_output):
         """The roots' states, which the kernel gathered, copied back; the nodes' states (their

@@ -132,7 +132,7 @@ class CooperativeLaunch:
     def __call__(self, blocks, arguments):
         parameters = self._parameters(arguments)
         if parameters is None:
-            self.dispatcher[blocks, self.threads](*arguments)
+            self.dispatcher[int(blocks), self.threads](*arguments)
             return
         driver_launch(self.function, blocks, self.threads, self.stream, parameters)
 

@@ -19,7 +19,7 @@ backward pass, and an Adagrad update. Contestants:
 - DyNet autobatch: one graph for the batch, `dy.AdagradTrainer`.
 
 Also: the pullback against the forward run (TreeLSTM h256, 10 trees, Cortex's inference
-setting), VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients against one
+setting), the pullback's rate at h512 against the matmul roof, VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients against one
 batch gradient and against a PyTorch loop of per-tree backward passes, the jacobian of each
 root's h with respect to the leaves' embeddings against a loop of pullbacks, the memory
 the backward keeps, an epoch of SST train for the four contestants that take a batch (342
@@ -55,7 +55,7 @@ from recjit.lowering.backward import row_counts  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
 
-from bench import _gpu_line, gpu_facts, write_results  # noqa: E402
+from bench import _gpu_line, flops, gpu_facts, write_results  # noqa: E402
 from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
 from peers.torch_peers import TorchOps  # noqa: E402
 from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
@@ -64,6 +64,8 @@ from tree_lstm import child_sum_tree_lstm  # noqa: E402
 DATA = os.path.join(HERE, "..", "..", "shared", "data", "sst")
 LR, EMBEDDING_LR, EPSILON = 0.05, 0.1, 1e-10  # Adagrad as train_sst.py sets it (no decay)
 CELL_PARAMETERS = CELLS["childsum"][1]
+RUN_H256 = "pullback against run (TreeLSTM h256, 10 trees)"
+BACKWARD_H512 = "the backward against the matmul roof (TreeLSTM h512, 10 trees; ≥ 50% asked)"
 
 
 def median_ms(step, batches, rounds):
@@ -389,7 +391,9 @@ def ddp_epochs(data, limit):
 
 
 def pullback_against_run(hidden, batch, repeat):
-    """(run ms, pullback ms, vjp ms) for TreeLSTM on `batch` generated SST-like trees."""
+    """Run, pullback and vjp ms for TreeLSTM on `batch` generated SST-like trees, and the
+    pullback's rate: twice the forward's multiply-adds (each product's Wᵀg and g xᵀ), leaf
+    products once per distinct word as both kernels compute them, over the pullback's time."""
     from tree_lstm import make_params, tree_lstm
     p = make_params(hidden, 1000, "float32", 0)
     forest = rj.Forest.random_binary(batch, seed=1, vocab_size=1000)
@@ -398,8 +402,31 @@ def pullback_against_run(hidden, batch, repeat):
     run = median_ms(lambda _: tree_lstm.run(forest, p), [None] * repeat, 1)
     back = median_ms(lambda _: pullback(roots=roots), [None] * repeat, 1)
     whole = median_ms(lambda _: tree_lstm.vjp(forest, p)[1](roots=roots), [None] * repeat, 1)
+    work = 2 * flops(tree_lstm.compile(forest, p), tree_lstm.linearize(forest))
     return {"run ms": run, "pullback ms": back, "vjp and pullback ms": whole,
-            "pullback / run": back / run}
+            "pullback / run": back / run, "pullback GFLOP": work / 1e9,
+            "pullback GFLOP/s": work / back / 1e6}
+
+
+def matmul_roof_on_every_core():
+    """bench.py's float32 matmul roof, in a process of its own whose BLAS has every core (this
+    one gives it one thread, above)."""
+    environment = {name: value for name, value in os.environ.items()
+                   if name != "OPENBLAS_NUM_THREADS"}
+    measured = subprocess.run(
+        [sys.executable, "-c", "from bench import matmul_roof; print(matmul_roof())"],
+        cwd=HERE, env=environment, capture_output=True, text=True, check=True)
+    return float(measured.stdout.split()[-1])
+
+
+def backward_against_roof(repeat):
+    """TreeLSTM h512 b10's pullback rate against the matmul roof, measured before and after
+    it (the higher is the roof, as bench.py takes it)."""
+    before = matmul_roof_on_every_core()
+    rows = pullback_against_run(512, 10, repeat)
+    roof = max(before, matmul_roof_on_every_core())
+    return {**rows, "matmul roof GFLOP/s": roof,
+            "pullback / roof": rows["pullback GFLOP/s"] / roof}
 
 
 def per_tree_rows(lines, vocab, initial, rounds):
@@ -476,8 +503,8 @@ def markdown(results):
     for key, section in sections:
         if key in results:
             lines += [""] + section(results[key])
-    for title in ("pullback against run (TreeLSTM h256, 10 trees)", "per-tree gradients",
-                  "jacobian", "memory", "ddp epoch"):
+    for title in (RUN_H256, BACKWARD_H512, "per-tree gradients", "jacobian", "memory",
+                  "ddp epoch"):
         if title in results:
             lines += ["", f"## {title}", ""]
             lines += [f"- {key}: {value:.3f}" if isinstance(value, float)
@@ -552,8 +579,8 @@ def other_rows(args, lines, vocab, batches):
     and a DDP epoch."""
     quick = args.quick
     initial = initial_parameters(len(vocab), 300, 150, seed=0)
-    results = {"pullback against run (TreeLSTM h256, 10 trees)": pullback_against_run(
-        256, 10, 20 if quick else 50)}
+    results = {RUN_H256: pullback_against_run(256, 10, 20 if quick else 50),
+               BACKWARD_H512: backward_against_roof(10 if quick else 30)}
     results["per-tree gradients"] = per_tree_rows(lines[:25], vocab, initial, 4 if quick else 12)
     results["jacobian"] = jacobian_rows(batches, initial, 4 if quick else 8)
     results["memory"] = backward_memory(batches[0], initial)

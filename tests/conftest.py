@@ -32,7 +32,7 @@ def refuse_numpy_grid_sizes_in_the_simulator():
         for size in configuration[:2]:
             for extent in size if isinstance(size, tuple) else (size,):
                 if not isinstance(extent, int):
-                    raise ValueError(f"a launch's grid and block sizes must be Python ints, as "
+                    raise TypeError(f"a launch's grid and block sizes must be Python ints, as "
                                      f"on a GPU; got {extent!r}")
         return configure(kernel, configuration)
 

@@ -10,6 +10,7 @@ import recjit as rj
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
@@ -235,6 +236,18 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
     np.testing.assert_allclose(gradient, a_rows.T @ b_rows, rtol=1e-12, atol=1e-12)
     if a_width == 128:
         assert gradient.flags.c_contiguous
+
+
+def test_transposed_weights_whose_rows_alias_in_the_cache_are_packed_and_still_right():
+    """TreeRNN's W and U, 128 float64 (1 KiB) a row, read transposed by the backward over a
+    forest of 64 nodes or more: packed into panels first, the same gradients."""
+    p = tree_rnn_params(128, VOCAB, "float64", 2)
+    forest = rj.Forest.random_binary(4, seed=3, vocab_size=VOCAB)
+    assert forest.num_nodes >= rj.Schedule().pack_from_nodes
+    pullback, roots, nodes = pullback_and_cotangents(tree_rnn, forest, p, 5)
+    assert "pack_rows_share(pT_W, panels_pT_W" in tree_rnn.kernel_source("cpu", grad=True)
+    assert_same_gradients(pullback(roots=roots, nodes=nodes),
+                          pullback.interpreted()(roots=roots, nodes=nodes))
 
 
 REPEATED_WORDS = rj.Forest.from_nested([((1, 2, 1), (2, (1, 0))), (0, 1, 2)])

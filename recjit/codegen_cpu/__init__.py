@@ -116,11 +116,6 @@ class CpuKernel(GeneratedKernel):
         return text
 
 
-# A row stride in bytes that puts a column's elements in few cache sets: 16 lines of 64 bytes
-# apart, or a multiple of that, falls in at most 4 of an L1's 64 sets.
-ALIASED_STRIDE = 1024
-
-
 class CpuBackward(GeneratedKernel):
     """A compiled backward kernel (`lowering.backward`) and its arguments: it adds the
     children's parts to the cotangents it is given, and returns the `GradientRows` arrays it
@@ -166,13 +161,13 @@ class CpuBackward(GeneratedKernel):
         contraction runs over the nodes. One side's rows are the product's weight as they
         lie (`calls.weight_gradient`); the other is transposed into columns, in tiles
         (`calls.transpose`), so that the nodes are contiguous. The weight is the wider side,
-        unless that is `a` and its rows' bytes are a multiple of `ALIASED_STRIDE`: the
+        unless that is `a` and its rows' bytes are a multiple of `runtime.ALIASED_STRIDE`: the
         product would then come out transposed, and the C-ordered copy the gradient is
         returned as would read it at a stride that falls into a few cache sets (a 1536 × 512
         gradient's copy took 1 ms, its product 1.3); `b` is the weight then, and the product
         comes out as the gradient lies."""
         a_is_weight = a_rows.shape[1] >= b_rows.shape[1] and (
-            a_rows.shape[1] * a_rows.itemsize % ALIASED_STRIDE != 0)
+            a_rows.shape[1] * a_rows.itemsize % runtime.ALIASED_STRIDE != 0)
         weight, other = (a_rows, b_rows) if a_is_weight else (b_rows, a_rows)
         product = np.empty((other.shape[1], weight.shape[1]), dtype=self.dtype)
         _weight_gradient(weight, self.columns_of(other), product, self.row_block,

@@ -107,6 +107,7 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 
 
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
+transposed_panels, pack_rows_share = runtime.transposed_panels, runtime.pack_rows_share
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)

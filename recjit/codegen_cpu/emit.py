@@ -223,18 +223,19 @@ def weight_panels(kernel, pack_from_nodes, labels):
     views = {view for view, _ in kernel.transposed}
     lines = [f"    # the weights transposed into panels for the outer-product blocks, when "
              f"the forest has {pack_from_nodes} nodes or more"
-             + ("; those read transposed are panels as they lie, always" if views else ""),
+             + ("; those read transposed are panels as they lie, packed only where their "
+                "rows alias in the cache" if views else ""),
              f"    pack = num_nodes >= {pack_from_nodes}"]
-    lines += [f"    {name} = row_panels({expression.matmul_operands(product)[0]})"
+    lines += [f"    {name} = transposed_panels({expression.matmul_operands(product)[0]}, pack)"
               if product.weight in views else
               f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
               for name, product in weights.items()]
-    packed = {name: product for name, product in weights.items() if product.weight not in views}
-    if packed:
-        lines += ["    if pack:", "        for worker in prange(workers):"]
-        lines += [f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
-                  f"{product.row_block}, worker, workers)" for name, product in packed.items()]
-        lines.append("    # barrier: the products read the panels")
+    lines += ["    if pack:", "        for worker in prange(workers):"]
+    lines += [f"            pack_rows_share({expression.matmul_operands(product)[0]}, {name}, "
+              f"worker, workers)" if product.weight in views else
+              f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
+              f"{product.row_block}, worker, workers)" for name, product in weights.items()]
+    lines.append("    # barrier: the products read the panels")
     return lines
 
 
@@ -242,7 +243,8 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     """The module text: imports, the math helpers, and the kernel. The kernel's first argument
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
-    panels = "row_panels, weight_panels" if kernel.transposed else "weight_panels"
+    panels = ("pack_rows_share, transposed_panels, weight_panels" if kernel.transposed
+              else "weight_panels")
     flags = FAST_FLAGS if fast_math else EXACT_FLAGS
     labels = {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}
     lines = [f'"""{header}"""', "import numpy as np", "from numba import njit, prange", "",

@@ -457,6 +457,39 @@ def row_panels(weight):
                       strides=(width * weight.itemsize, weight.strides[1], weight.itemsize))
 
 
+# A stride in bytes between a panel's rows that puts them in few cache sets: 16 lines of 64
+# bytes, or a multiple of that, falls in at most 4 of an L1's 64 sets.
+ALIASED_STRIDE = 1024
+
+
+@numba.njit(nogil=True, cache=True)
+def transposed_panels(weight, pack):
+    """The panels of a parameter read transposed (`pT_W`, rows adjacent): as they lie
+    (`row_panels`), or, where `pack` and the parameter's rows are a multiple of
+    `ALIASED_STRIDE` apart, room to pack them into (`pack_rows_share`). A panel walked as it
+    lies then reads every row from the same few cache sets: H=512's transposed products ran
+    at 135 GFLOP/s from such panels, at 240 from packed ones."""
+    panels = row_panels(weight)
+    if pack and panels.shape[0] > 0 and panels.strides[1] % ALIASED_STRIDE == 0:
+        panels = np.empty(panels.shape, dtype=weight.dtype)
+    return panels
+
+
+@numba.njit(nogil=True, cache=True)
+def pack_rows_share(weight, panels, worker, workers):
+    """Worker `worker`'s 1/`workers` of the parameter rows of `transposed_panels`' room:
+    panels[p, k, lane] = weight[p · width + lane, k]; nothing where the panels are the
+    parameter's rows as they lie."""
+    width = panels.shape[2]
+    if panels.shape[0] == 0 or panels.strides[1] != width * panels.itemsize:
+        return
+    rows = weight.shape[1]
+    for k in range(worker * rows // workers, (worker + 1) * rows // workers):
+        for p in range(panels.shape[0]):
+            for lane in range(width):
+                panels[p, k, lane] = weight[p * width + lane, k]
+
+
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def pack_share(weight, panels, row_block, worker, workers):
     """Worker `worker`'s panels: those in its 1/`workers` of the weight's rows, where most of

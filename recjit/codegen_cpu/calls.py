@@ -115,11 +115,16 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
     """y[j, i] = Σ_n a[n, i] · x[j, n], a weight's gradient Σ a ⊗ x over every node, with the
     kernels' own product (`matmul_share`): `a_rows` a node's vector a row, as the CPU's
     backward kernel writes them, which read transposed are the product's weight and its
-    panels as they lie (`row_panels`: no transposition, no packing); `x_columns` a node's
-    vector a column. Its threads are the kernels' own, so it does not wait on another pool's
-    threads spinning on the same cores, as a NumPy product after a kernel did."""
+    panels as they lie (`transposed_panels`: no transposition, no packing, unless the rows
+    are a multiple of 1 KiB apart, whose products ran 4–10% faster packed at 512 floats);
+    `x_columns` a node's vector a column. Its threads are the kernels' own, so it does not
+    wait on another pool's threads spinning on the same cores, as a NumPy product after a
+    kernel did."""
     weight = a_rows.T
-    panels = row_panels(weight)
+    panels = transposed_panels(weight, True)
+    if panels.shape[0] > 0 and panels.strides[1] == panels.shape[2] * panels.itemsize:
+        for worker in numba.prange(workers):
+            pack_rows_share(weight, panels, worker, workers)
     claimed = np.zeros(workers, dtype=np.int64)
     starts = np.zeros(workers, dtype=np.int64)
     for worker in numba.prange(workers):

@@ -567,15 +567,15 @@ class RecursiveModel:
             return np.zeros((0,) + shape + tuple(row), dtype=cell.dtype)
         elements = int(np.prod(shape))
         copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))
-        pullbacks, jacobian = {}, None
+        row = cell.parameters[wrt][1:] if gathered else cell.fields[wrt][0]
+        jacobian = np.zeros((forest.num_nodes, elements) + tuple(row), dtype=cell.dtype)
+        pullbacks = {}
         for first in range(0, elements, copies):
             chunk = min(copies, elements - first)
             if chunk not in pullbacks:
                 pullbacks[chunk] = self._copies_pullback(pullback, forest, chunk)
-            rows = _jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered, first, chunk)
-            if jacobian is None:  # (nodes, elements, *per node)
-                jacobian = np.empty((forest.num_nodes, elements) + rows.shape[2:], rows.dtype)
-            jacobian[:, first:first + chunk] = rows.swapaxes(0, 1)
+            _add_jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered, first, chunk,
+                               jacobian)
         return jacobian.reshape((forest.num_nodes,) + shape + jacobian.shape[2:])
 
     def _copies_pullback(self, pullback, forest, copies):
@@ -905,10 +905,12 @@ def check_finite_inputs(cell, forest, p):
                              "check_finite=True refuses NaN and infinite inputs")
 
 
-def _jacobian_rows(pullback, forest, output, wrt, gathered, first, count):
-    """Rows `first`..`first + count` of a jacobian (over state `output`'s elements), from a
-    pullback of the forest taken `count` times: copy k's roots get element first + k's unit
-    cotangent. (count, nodes, *the field's or row's shape)."""
+def _add_jacobian_rows(pullback, forest, output, wrt, gathered, first, count, jacobian):
+    """Adds rows `first`..`first + count` of a jacobian (over state `output`'s elements) to
+    `jacobian` (nodes, elements, *the field's or row's shape), from a pullback of the forest
+    taken `count` times (`Forest.concat`: node n of copy k is its node k · nodes + n): copy
+    k's roots get element first + k's unit cotangent. Each node's gradient goes straight to
+    its place, with no array of the copies' rows first: a jacobian is hundreds of MB."""
     cell = pullback.cell
     shape = cell.state_shapes[output]
     units = np.zeros((count, int(np.prod(shape))), dtype=cell.dtype)
@@ -916,6 +918,6 @@ def _jacobian_rows(pullback, forest, output, wrt, gathered, first, count):
     roots = [None] * len(cell.state_shapes)
     roots[output] = np.repeat(units, forest.roots.size, axis=0).reshape((-1,) + shape)
     sink = pullback.backward(roots=tuple(roots) if cell.state_is_tuple else roots[0])
-    values = (sink.gathered_by_node(wrt, cell.parameters[wrt][1:]) if gathered
-              else sink.field_by_node(wrt))
-    return values.reshape((count, forest.num_nodes) + values.shape[1:])
+    for nodes, values in sink.parts_by_node(wrt, gathered):
+        copy, node = np.divmod(nodes, forest.num_nodes)
+        jacobian[node, first + copy] += values.reshape((-1,) + jacobian.shape[2:])

@@ -270,13 +270,24 @@ class Sink:
         """The gradient of the row of `table` each node gathered, per node (the forest's
         order; zero where a node gathers none): not where the backward summed the rows of
         leaves that gather the same row (a jacobian's backward does not)."""
-        if table in self.grouped_tables:
-            raise RecJitError(f"the backward summed the rows of `{table}` that leaves share; "
-                              "their gradients per node are a jacobian's (model.jacobian)")
         by_node = np.zeros((self.linearized.num_nodes,) + tuple(row_shape), dtype=self.dtype)
-        for _, values, nodes in self.table_rows.get(table, []):
+        for nodes, values in self.parts_by_node(table, gathered=True):
             by_node[nodes] += values
-        return by_node[self.linearized.new_of_old]
+        return by_node
+
+    def parts_by_node(self, name, gathered):
+        """The gradient of the row of table `name` each node gathered (`gathered`), or of
+        float field `name`, in parts: (nodes in the forest's order, their gradients), no node
+        twice in one part, zero for a node in none. A caller places them where it wants them
+        without a dense array per node first (a jacobian's rows, `model.jacobian`)."""
+        old_of_new = self.linearized.old_of_new
+        if not gathered:
+            gradient = self.field_gradients.get(name)
+            return [] if gradient is None else [(old_of_new, gradient)]
+        if name in self.grouped_tables:
+            raise RecJitError(f"the backward summed the rows of `{name}` that leaves share; "
+                              "their gradients per node are a jacobian's (model.jacobian)")
+        return [(old_of_new[nodes], values) for _, values, nodes in self.table_rows.get(name, [])]
 
     def field_by_node(self, name):
         """A float field's gradient, a row per node in the forest's order."""

@@ -42,6 +42,17 @@ def refuse_numpy_grid_sizes_in_the_simulator():
 if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
     refuse_numpy_grid_sizes_in_the_simulator()
 
+
+def pytest_collection_modifyitems(config, items):
+    """The tests named in the file `RECJIT_TESTS_FIRST` (a test id a line) run first, in
+    collection order, then the rest: a GPU session runs those no GPU has passed yet before
+    the others (tools/gpu_pending_tests.py)."""
+    path = os.environ.get("RECJIT_TESTS_FIRST")
+    if path and os.path.exists(path):
+        with open(path) as listed:
+            first = set(listed.read().splitlines())
+        items.sort(key=lambda item: item.nodeid not in first)
+
 settings.register_profile("recjit", max_examples=25, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("recjit")

@@ -8,7 +8,8 @@
 # ../shared does not travel). Logs and results go to $OUT (default ./gpu-out). Each stage has a
 # time limit; those of one call must add up to less than the call's (all-tests ~400 s on 16
 # cores, quick-bench ~220 s (limit 300 s), cuda-tests (every test file that runs backend="cuda") with
-# PYTEST_ARGS="-n 12", profile ~20 s,
+# PYTEST_ARGS="-n 12"; the tests no GPU has passed yet (.gpu/pending-tests.txt, which
+# tools/gpu_inputs.sh writes) run first), profile ~20 s,
 # products, at 256 and 512 threads a block and on TreeFC's shape, direct and staged through
 # shared memory, and MV-RNN's W_M in row groups, ~70 s: limit 150 s;
 # levels, us a batch as chosen (unrefactored, block packs), on grids of 32 and 64 blocks, and
@@ -103,7 +104,8 @@ except ImportError:
     print(\"DyNet absent: carry its wheel (tools/gpu_inputs.sh)\")
 print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
       \"driver\", cuda.cudadrv.driver.get_version(), \"runtime\", cuda.runtime.get_version())"' ;;
-        cuda-tests) stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
+        cuda-tests) RECJIT_TESTS_FIRST=.gpu/pending-tests.txt \
+            stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
             tests/test_cuda_backward.py tests/test_cuda.py tests/test_cuda_runtime.py \
             tests/test_context.py tests/test_schedule.py tests/test_ieee_semantics.py \

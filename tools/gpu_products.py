@@ -30,7 +30,7 @@ def product_kernel(block_product, threads, tile_nodes, columns):
 def owning_rows(multiply):
     """A block's share as `matmul_rows` splits it, its own rows of W for every node, computed
     by `multiply` (`runtime.multiply` or one of its two ways)."""
-    @cuda.jit(device=True, inline=True)
+    @cuda.jit(device=True, **runtime.INLINED)
     def block_product(weight, x, y, rows, tile):
         begin, owned = runtime.owned_rows(weight.shape[0])
         multiply(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, tile, 0)
@@ -41,12 +41,12 @@ def direct(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     runtime.multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **runtime.INLINED)
 def in_row_groups(weight, x, y, rows, tile):
     runtime.matmul_row_groups(weight, weight.shape[0], x, y, rows, tile, 0)
 
 
-VARIANTS = {"direct": owning_rows(cuda.jit(device=True, inline=True)(direct)),
+VARIANTS = {"direct": owning_rows(cuda.jit(device=True, **runtime.INLINED)(direct)),
             "staged": owning_rows(runtime.multiply_staged),
             "fused kernel's choice": owning_rows(runtime.multiply)}
 # Only for weights whose rows fit the rule (`runtime.fits_row_groups`).

@@ -47,9 +47,9 @@ if ls .whl/*.whl >/dev/null 2>&1; then
         .whl/*.whl && export PYTHONPATH=/tmp/site:$PYTHONPATH
 fi
 # The kernels earlier calls compiled (each call's $OUT/kernels.tar.xz.part-*, copied to .gpu/
-# and carried back in): a fused kernel takes 15-190 s to compile on the device machine, which
-# starts bare whenever it went idle between calls, and the seventh session's calls spent most
-# of their time compiling. numba's cache takes them as they are (recjit/generated.py gives
+# and carried back in): a fused kernel took 15-250 s to compile on the device machine, which
+# starts bare whenever it went idle between calls, and the seventh and eighth sessions' calls
+# spent most of their time compiling (numba's IR inliner; docs/cuda.md, "Compile time"). numba's cache takes them as they are (recjit/generated.py gives
 # every generated file one modification time).
 if ls .gpu/kernels.tar.xz.part-* >/dev/null 2>&1; then
     mkdir -p "$RECJIT_CACHE_DIR" && cat .gpu/kernels.tar.xz.part-* \

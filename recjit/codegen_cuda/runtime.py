@@ -37,20 +37,25 @@ ALL_LANES = 0xFFFFFFFF
 # The runtime's kernels run with the schedule's threads a block, so their registers must fit
 # the most a schedule may ask for; the simulator's `cuda.jit` takes no launch bound.
 BOUNDED = {} if config.ENABLE_CUDASIM else {"launch_bounds": MAX_THREADS}
+# Device functions are inlined by NVVM (`forceinline`, LLVM's alwaysinline), not in numba's
+# IR (`inline="always"`), whose inliner deep-copies each callee's IR at every call: that was
+# ~97% of compiling a fused kernel (child-sum TreeLSTM's forward 45 s, its backward 149 s on
+# two cores; NVVM itself took 1 s). The simulator's `cuda.jit` takes no `forceinline`.
+INLINED = {} if config.ENABLE_CUDASIM else {"forceinline": True}
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def rows_per_block(num_rows):
     return (num_rows + cuda.gridDim.x - 1) // cuda.gridDim.x
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def first_row(num_rows):
     """The first weight row this block owns."""
     return cuda.blockIdx.x * rows_per_block(num_rows)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def owned_rows(num_rows):
     """The first of a weight's rows this block owns, and how many it owns (none, or fewer
     than the others, at the grid's end)."""
@@ -58,14 +63,14 @@ def owned_rows(num_rows):
     return begin, min(rows_per_block(num_rows), num_rows - begin)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def owned_units(units):
     """The first of `units` hidden units this block owns, and how many: units are split over
     the blocks as rows are."""
     return owned_rows(units)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def spread(local, rows):
     """The row that a block's local row `local` stands for under the map `rows` = (run,
     stride, first): runs of `run` consecutive rows, `stride` apart, the first at `first`."""
@@ -73,7 +78,7 @@ def spread(local, rows):
     return local // run * stride + first + local % run
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def unit_rows(units, num_rows):
     """This block's rows of a weight of `num_rows` rows split by units: the map of its local
     rows, and how many it holds."""
@@ -81,7 +86,7 @@ def unit_rows(units, num_rows):
     return (owned, units, begin), num_rows // units * owned
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def copy_rows(weight, weight_slice, rows, held):
     """weight_slice[local] = weight[spread(local, rows)] for the `held` local rows."""
     columns = weight.shape[1]
@@ -91,7 +96,7 @@ def copy_rows(weight, weight_slice, rows, held):
         weight_slice[local, column] = weight[spread(local, rows), column]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def load_rows(weight, weight_slice):
     """Copy this block's rows of `weight` into `weight_slice` (shared memory); the caller
     synchronizes the block before reading it."""
@@ -99,14 +104,14 @@ def load_rows(weight, weight_slice):
     copy_rows(weight, weight_slice, (owned, 0, begin), owned)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def load_unit_rows(weight, units, weight_slice):
     """`load_rows` for a weight split by units."""
     rows, held = unit_rows(units, weight.shape[0])
     copy_rows(weight, weight_slice, rows, held)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def next_row(group, offset, run):
     """The local row after (group, offset) in runs of `run`."""
     if offset + 1 == run:
@@ -114,7 +119,7 @@ def next_row(group, offset, run):
     return group, offset + 1
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def four_rows(local, last, rows):
     """The rows that local rows local … local + 3 stand for under the map `rows` (`spread`),
     those past `last` repeating it: one division for the four."""
@@ -132,14 +137,14 @@ def four_rows(local, last, rows):
     return row0, row1, row2, group * stride + first + offset
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def add_products(totals, value, weight, rows, k):
     """totals[i] + value · weight[rows[i], k] for the four rows."""
     return (totals[0] + value * weight[rows[0], k], totals[1] + value * weight[rows[1], k],
             totals[2] + value * weight[rows[2], k], totals[3] + value * weight[rows[3], k])
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def strided_dots(weight, rows, x, s, first, step, columns):
     """Σ W[r, k] · x[s, k] over k = first, first + step, ... below `columns` for the four
     rows r of `rows`, each x[s, k] loaded once for all four: four independent sums, not one
@@ -165,7 +170,7 @@ def strided_dots(weight, rows, x, s, first, step, columns):
     return totals
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def store_four(y, s, rows, valid, totals):
     """y[s, rows[i]] = totals[i] for the first `valid` of the four."""
     y[s, rows[0]] = totals[0]
@@ -177,7 +182,7 @@ def store_four(y, s, rows, valid, totals):
         y[s, rows[3]] = totals[3]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def warp_sum(total):
     """The sum of `total` over the warp's lanes, in lane 0."""
     offset = WARP // 2
@@ -187,7 +192,7 @@ def warp_sum(total):
     return total
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def warp_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, local):
     """y[y_row, r] = Σ_k W[r, k] · x[s, k] for the four rows r from local row `local` on, by
     one warp: its lanes take every 32nd k and sum with shuffles, x[s, k] loaded once for the
@@ -206,7 +211,7 @@ def warp_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, lo
             store_four(y, y_row, four_rows(local, held - 1, y_rows), held - local, sums)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def thread_products(weight, weight_rows, y_rows, held, x, s, columns, y, y_row, local):
     """The same four products by one thread: numba's simulator has no warp shuffles."""
     store_four(y, y_row, four_rows(local, held - 1, y_rows), held - local,
@@ -220,7 +225,7 @@ products_of_four = thread_products if config.ENABLE_CUDASIM else warp_products
 ITEM_WORKERS = 1 if config.ENABLE_CUDASIM else WARP
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def first_item(turn):
     """This thread's worker's first item, and the block's workers: items go round the
     workers from worker `turn` on."""
@@ -228,7 +233,7 @@ def first_item(turn):
     return (cuda.threadIdx.x // ITEM_WORKERS + workers - turn % workers) % workers, workers
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r that this block's `held`
     local rows stand for under the map `y_rows`; `weight` holds them as the map `weight_rows`
@@ -242,7 +247,7 @@ def multiply_direct(weight, weight_rows, y_rows, held, x, y, rows, turn):
                          item % groups * 4)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def stage_rows(x, first, count, tile):
     """tile[i, k] = x[first + i, k] for i < count, by every thread of the block: the loads
     are independent, so all are in flight at once."""
@@ -251,7 +256,7 @@ def stage_rows(x, first, count, tile):
         tile[item // columns, item % columns] = x[first + item // columns, item % columns]
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def tile_span(step, tiles, capacity, rows):
     """The first node and the nodes of a block's `step`-th tile of `rows` nodes, `capacity`
     a tile: block b takes the tiles from its b-th on, so that the blocks do not all read the
@@ -260,7 +265,7 @@ def tile_span(step, tiles, capacity, rows):
     return first, min(capacity, rows - first)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def tile_part(part_first, part_rows, tile_first, tile_rows):
     """(the tile row it starts at, its rows in the tile, its first row) of one product's part
     of a tile filled from the rows tile_first ... tile_first + tile_rows - 1 of several
@@ -271,7 +276,7 @@ def tile_part(part_first, part_rows, tile_first, tile_rows):
     return first - tile_first, max(0, last - first), first - part_first
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def multiply_tile(weight, weight_rows, y_rows, held, tile, count, columns, y, turn):
     """y[s, r] = Σ_k W[r, k] · tile[s, k] for s < count, the first `columns` of the tile's
     rows (shared memory, filled by the block), and the rows r of `multiply_direct`'s maps.
@@ -287,7 +292,7 @@ def multiply_tile(weight, weight_rows, y_rows, held, tile, count, columns, y, tu
     return (turn + count * groups) % workers
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     """The products of `multiply_direct`, the nodes' inputs staged through `tile` (shared
     memory) `tile.shape[0]` nodes at a time (`tile_span`)."""
@@ -302,7 +307,7 @@ def multiply_staged(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
         cuda.syncthreads()  # before the next tile overwrites this one
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
     """`multiply_direct`, staged through `tile` where the block's items outnumber its
     workers: a product that each worker finishes in one turn reads its inputs directly,
@@ -324,7 +329,7 @@ def multiply(weight, weight_rows, y_rows, held, x, y, rows, tile, turn):
 
 # A block's share of a product, by each way of splitting the weight (a plan): (the map of
 # the rows `weight` holds, the map of the rows y gets, how many, the first node, the nodes).
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def rows_plan(weight_first_row, num_rows, rows):
     """By rows: this block's rows of a weight of `num_rows` rows, `weight` holding them from
     `weight_first_row` on (W itself, or this block's slice of it); every node."""
@@ -332,7 +337,7 @@ def rows_plan(weight_first_row, num_rows, rows):
     return (owned, 0, begin - weight_first_row), (owned, 0, begin), owned, 0, rows
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def units_plan(sliced, units, num_rows, rows):
     """By units: the rows whose unit r mod `units` this block owns; `weight` is W, or
     (`sliced`) this block's rows of it as `load_unit_rows` left them; every node."""
@@ -340,7 +345,7 @@ def units_plan(sliced, units, num_rows, rows):
     return ((held, 0, 0) if sliced else y_rows), y_rows, held, 0, rows
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def node_ranges(count, balance):
     """The ranges of nodes the grid splits a batch of `count` nodes in: the most r, up to
     the blocks and the nodes, with r² · `balance` ≤ blocks · count (`codegen_cuda/ranges.py`).
@@ -353,7 +358,7 @@ def node_ranges(count, balance):
     return ranges
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def range_share(units, count, ranges):
     """(first unit, units, first node, nodes) of this block's share of a batch of `count`
     nodes split in `ranges` ranges, and `units` hidden units in as many groups as the grid
@@ -370,7 +375,7 @@ def range_share(units, count, ranges):
             max(0, min(nodes_a_range, count - first_node)))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def range_plan(sliced, units, num_rows, unit_begin, unit_count, first_row, rows):
     """By units, in a ranged batch: the rows whose unit r mod `units` lies in this block's
     group (`unit_count` from `unit_begin` on, `range_share`), for the rows first_row ...
@@ -387,7 +392,7 @@ def fits_row_groups(num_rows, blocks):
     return 2 * ((num_rows + 3) // 4) <= blocks
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def row_group(num_rows, rows):
     """(first row, rows, first node, nodes) of this block's share of a product that the grid
     splits in groups: the weight's rows four to a group (a worker's item), and each group's
@@ -402,7 +407,7 @@ def row_group(num_rows, rows):
             max(0, min(nodes_a_range, rows - first_node)))
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def row_groups_plan(num_rows, rows):
     """In groups (`row_group`), for a weight of fewer rows than four a block: split by
     blocks alone, each block would hold fewer rows than a worker's four-row item (computing
@@ -413,7 +418,7 @@ def row_groups_plan(num_rows, rows):
     return owned, owned, held, first_node, nodes
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def multiply_share(weight, plan, x, y, tile, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for this block's share of the product, as `plan`
     says; `tile`: shared memory to stage x's rows through; `turn`: the worker to take the
@@ -423,27 +428,27 @@ def multiply_share(weight, plan, x, y, tile, turn):
                     tile, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def matmul_rows(weight, weight_first_row, num_rows, x, y, rows, tile, turn):
     """y[s, r] = Σ_k W[r, k] · x[s, k] for s < rows and the rows r this block owns
     (`rows_plan`)."""
     return multiply_share(weight, rows_plan(weight_first_row, num_rows, rows), x, y, tile, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def matmul_row_groups(weight, num_rows, x, y, rows, tile, turn):
     """The same for this block's rows and nodes of a weight split in groups
     (`row_groups_plan`)."""
     return multiply_share(weight, row_groups_plan(num_rows, rows), x, y, tile, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def matmul_units(weight, sliced, units, num_rows, x, y, rows, tile, turn):
     """The same for the rows of a weight split by units (`units_plan`)."""
     return multiply_share(weight, units_plan(sliced, units, num_rows, rows), x, y, tile, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def matmul_range(weight, sliced, units, num_rows, unit_begin, unit_count, first_row, x, y,
                  rows, tile, turn):
     """The same for this block's units and rows of a ranged batch (`range_plan`)."""
@@ -451,7 +456,7 @@ def matmul_range(weight, sliced, units, num_rows, unit_begin, unit_count, first_
                                              first_row, rows), x, y, tile, turn)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def block_matmul(weight, x, y, rows):
     """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and every row r, by this block alone
     (a product of one item of an unrolled batch); the caller synchronizes the block."""
@@ -467,7 +472,7 @@ def matmul_kernel(weight, x, y, rows):
     multiply_direct(weight, (owned, 0, begin), (owned, 0, begin), owned, x, y, rows, 0)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def sum_outer_products(a, b, total):
     """total[r, c] = Σ_n a[r, n] · b[c, n]: a weight's gradient from the columns of its two
     vectors, a node's each, summed over the nodes: a product whose contraction runs over the
@@ -492,7 +497,7 @@ def sum_outer_products_kernel(a, b, total):
     sum_outer_products(a, b, total)
 
 
-@cuda.jit(device=True, inline=True)
+@cuda.jit(device=True, **INLINED)
 def sum_columns(a, total):
     """total[r] = Σ_n a[r, n] for the rows r this block owns, a thread a row: a bias's
     gradient from its weight's first vector, a node's each column."""

@@ -239,13 +239,16 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
 
 
 def test_transposed_weights_whose_rows_alias_in_the_cache_are_packed_and_still_right():
-    """TreeRNN's W and U, 128 float64 (1 KiB) a row, read transposed by the backward over a
-    forest of 64 nodes or more: packed into panels first, the same gradients."""
+    """TreeRNN's W and U, 128 float64 (1 KiB) a row, read-only, read transposed by the
+    backward over a forest of 64 nodes or more: packed into panels of its own first, the
+    same gradients."""
     p = tree_rnn_params(128, VOCAB, "float64", 2)
+    for value in vars(p).values():
+        value.setflags(write=False)
     forest = rj.Forest.random_binary(4, seed=3, vocab_size=VOCAB)
     assert forest.num_nodes >= rj.Schedule().pack_from_nodes
     pullback, roots, nodes = pullback_and_cotangents(tree_rnn, forest, p, 5)
-    assert "pack_rows_share(pT_W, panels_pT_W" in tree_rnn.kernel_source("cpu", grad=True)
+    assert "pack_rows_share(pT_W, room_pT_W" in tree_rnn.kernel_source("cpu", grad=True)
     assert_same_gradients(pullback(roots=roots, nodes=nodes),
                           pullback.interpreted()(roots=roots, nodes=nodes))
 

@@ -107,7 +107,8 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 
 
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
-transposed_panels, pack_rows_share = runtime.transposed_panels, runtime.pack_rows_share
+transposed_room, pack_rows_share = runtime.transposed_room, runtime.pack_rows_share
+transposed_panels = runtime.transposed_panels
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
@@ -116,15 +117,17 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
     kernels' own product (`matmul_share`): `a_rows` a node's vector a row, as the CPU's
     backward kernel writes them, which read transposed are the product's weight and its
     panels as they lie (`transposed_panels`: no transposition, no packing, unless the rows
-    are a multiple of 1 KiB apart, whose products ran 4–10% faster packed at 512 floats);
+    are a multiple of 1 KiB apart, whose products ran 4–10% faster packed at 512 floats:
+    `transposed_room`);
     `x_columns` a node's vector a column. Its threads are the kernels' own, so it does not
     wait on another pool's threads spinning on the same cores, as a NumPy product after a
     kernel did."""
     weight = a_rows.T
-    panels = transposed_panels(weight, True)
-    if panels.shape[0] > 0 and panels.strides[1] == panels.shape[2] * panels.itemsize:
+    room = transposed_room(weight, True)
+    if room.shape[0] > 0:
         for worker in numba.prange(workers):
-            pack_rows_share(weight, panels, worker, workers)
+            pack_rows_share(weight, room, worker, workers)
+    panels = transposed_panels(weight, room)
     claimed = np.zeros(workers, dtype=np.int64)
     starts = np.zeros(workers, dtype=np.int64)
     for worker in numba.prange(workers):

@@ -228,16 +228,20 @@ def weight_panels(kernel, pack_from_nodes, labels):
              + ("; those read transposed are panels as they lie, packed only where their "
                 "rows alias in the cache" if views else ""),
              f"    pack = num_nodes >= {pack_from_nodes}"]
-    lines += [f"    {name} = transposed_panels({expression.matmul_operands(product)[0]}, pack)"
-              if product.weight in views else
+    room = {name: f"room_{name[len('panels_'):]}" for name, product in weights.items()
+            if product.weight in views}  # a user's parameter may be read-only: never packed in place
+    lines += [f"    {room[name]} = transposed_room({expression.matmul_operands(product)[0]}, pack)"
+              if name in room else
               f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"
               for name, product in weights.items()]
     lines += ["    if pack:", "        for worker in prange(workers):"]
-    lines += [f"            pack_rows_share({expression.matmul_operands(product)[0]}, {name}, "
-              f"worker, workers)" if product.weight in views else
+    lines += [f"            pack_rows_share({expression.matmul_operands(product)[0]}, "
+              f"{room[name]}, worker, workers)" if name in room else
               f"            pack_share({expression.matmul_operands(product)[0]}, {name}, "
               f"{product.row_block}, worker, workers)" for name, product in weights.items()]
     lines.append("    # barrier: the products read the panels")
+    lines += [f"    {name} = transposed_panels({expression.matmul_operands(product)[0]}, "
+              f"{room[name]})" for name, product in weights.items() if name in room]
     return lines
 
 
@@ -245,7 +249,8 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     """The module text: imports, the math helpers, and the kernel. The kernel's first argument
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
-    panels = ("pack_rows_share, transposed_panels, weight_panels" if kernel.transposed
+    panels = ("pack_rows_share, transposed_panels, transposed_room,\n"
+              "                                      weight_panels" if kernel.transposed
               else "weight_panels")
     flags = FAST_FLAGS if fast_math else EXACT_FLAGS
     helper = f'@njit(fastmath={flags}, error_model="numpy")'  # the kernel's semantics

@@ -463,31 +463,41 @@ ALIASED_STRIDE = 1024
 
 
 @numba.njit(nogil=True, cache=True)
-def transposed_panels(weight, pack):
-    """The panels of a parameter read transposed (`pT_W`, rows adjacent): as they lie
-    (`row_panels`), or, where `pack` and the parameter's rows are a multiple of
-    `ALIASED_STRIDE` apart, room to pack them into (`pack_rows_share`). A panel walked as it
-    lies then reads every row from the same few cache sets: H=512's transposed products ran
-    at 135 GFLOP/s from such panels, at 240 from packed ones."""
+def transposed_room(weight, pack):
+    """Room to pack the panels of a parameter read transposed (`pT_W`, rows adjacent) into,
+    where `pack` and the parameter's rows are a multiple of `ALIASED_STRIDE` apart; none
+    elsewhere (`transposed_panels` then reads the rows as they lie). Walked as they lie, such
+    panels read every row from the same few cache sets: H=512's transposed products ran at
+    135 GFLOP/s so, at 240 from packed panels. Room of its own, since a user's parameter may
+    be read-only."""
     panels = row_panels(weight)
-    if pack and panels.shape[0] > 0 and panels.strides[1] % ALIASED_STRIDE == 0:
-        panels = np.empty(panels.shape, dtype=weight.dtype)
-    return panels
+    count = panels.shape[0]
+    if not (pack and count > 0 and panels.strides[1] % ALIASED_STRIDE == 0):
+        count = 0
+    return np.empty((count, panels.shape[1], panels.shape[2]), dtype=weight.dtype)
 
 
 @numba.njit(nogil=True, cache=True)
-def pack_rows_share(weight, panels, worker, workers):
-    """Worker `worker`'s 1/`workers` of the parameter rows of `transposed_panels`' room:
-    panels[p, k, lane] = weight[p · width + lane, k]; nothing where the panels are the
-    parameter's rows as they lie."""
-    width = panels.shape[2]
-    if panels.shape[0] == 0 or panels.strides[1] != width * panels.itemsize:
-        return
+def pack_rows_share(weight, room, worker, workers):
+    """Worker `worker`'s 1/`workers` of the parameter rows of `transposed_room`'s room:
+    room[p, k, lane] = weight[p · width + lane, k]; nothing where there is no room."""
+    width = room.shape[2]
     rows = weight.shape[1]
+    if room.shape[0] == 0:
+        return
     for k in range(worker * rows // workers, (worker + 1) * rows // workers):
-        for p in range(panels.shape[0]):
+        for p in range(room.shape[0]):
             for lane in range(width):
-                panels[p, k, lane] = weight[p * width + lane, k]
+                room[p, k, lane] = weight[p * width + lane, k]
+
+
+@numba.njit(nogil=True, cache=True)
+def transposed_panels(weight, room):
+    """The panels the products read of a parameter read transposed: those packed into
+    `room`, where there is room, else its rows as they lie (`row_panels`)."""
+    if room.shape[0] > 0:
+        return room
+    return row_panels(weight)
 
 
 @numba.njit(fastmath=True, nogil=True, cache=True)

@@ -19,14 +19,14 @@ backward pass, and an Adagrad update. Contestants:
 - DyNet autobatch: one graph for the batch, `dy.AdagradTrainer`.
 
 Also: the pullback against the forward run (TreeLSTM h256, 10 trees, Cortex's inference
-setting), the pullback's rate at h512 against the matmul roof, VPPS's setting (X=H=256, batches of 1, 10 and 25), per-tree gradients against one
-batch gradient and against a PyTorch loop of per-tree backward passes, the jacobian of each
-root's h with respect to the leaves' embeddings against a loop of pullbacks, the memory
-the backward keeps, an epoch of SST train for the four contestants that take a batch (342
-batches; `--quick`: 1,000 trees), and an epoch of `examples/train_sst.py` in one process
-against two DistributedDataParallel processes. Writes
-benchmarks/results/training-<machine>.json and .md. This is a benchmark, never a test:
-nothing here asserts a timing.
+setting), the pullback's rate at h512 against the matmul roof, VPPS's setting (X=H=256,
+batches of 1, 10 and 25), per-tree gradients against one batch gradient and against a
+PyTorch loop of per-tree backward passes, the jacobian of each root's h with respect to the
+leaves' embeddings against a loop of pullbacks, the memory the backward keeps, an epoch of
+SST train for the four contestants that take a batch (342 batches; `--quick`: 1,000 trees),
+and an epoch of `examples/train_sst.py` in one process against two DistributedDataParallel
+processes. Writes benchmarks/results/training-<machine>.json and .md. This is a benchmark,
+never a test: nothing here asserts a timing.
 
 NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit step's loss
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores

@@ -4,6 +4,7 @@ benchmarks/results (`*cuda-tests*.log`), written one test id a line for the stag
 test's first compile there takes 40-250 s, so the tests that have run before wait their turn.
 
     python tools/gpu_pending_tests.py [--out .gpu/pending-tests.txt]
+    python tools/gpu_pending_tests.py --files    # the stage's test files, which it runs
 
 Collects with numba's simulator, as the suite does without a GPU: the same test ids."""
 import argparse
@@ -15,7 +16,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..")
-# The stage's test files, as tools/gpu_session.sh's `cuda-tests` runs them.
+# The `cuda-tests` stage's test files (tools/gpu_session.sh runs what `--files` prints).
 STAGE_FILES = ("tests/test_cuda_backward.py", "tests/test_cuda.py", "tests/test_cuda_runtime.py",
                "tests/test_context.py", "tests/test_schedule.py", "tests/test_ieee_semantics.py",
                "tests/test_prepare.py", "tests/test_torch_layer.py")
@@ -45,7 +46,12 @@ def passed_on_a_gpu():
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join(ROOT, ".gpu", "pending-tests.txt"))
+    parser.add_argument("--files", action="store_true",
+                        help="print the stage's test files and nothing else")
     args = parser.parse_args()
+    if args.files:
+        print(" ".join(STAGE_FILES))
+        return
     done, stage = passed_on_a_gpu(), collected()
     pending = [test for test in stage if test not in done]
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -49,8 +49,9 @@ fi
 # The kernels earlier calls compiled (each call's $OUT/kernels.tar.xz.part-*, copied to .gpu/
 # and carried back in): a fused kernel took 15-250 s to compile on the device machine, which
 # starts bare whenever it went idle between calls, and the seventh and eighth sessions' calls
-# spent most of their time compiling (numba's IR inliner; docs/cuda.md, "Compile time"). numba's cache takes them as they are (recjit/generated.py gives
-# every generated file one modification time).
+# spent most of their time compiling (numba's IR inliner; docs/cuda.md, "Compile time").
+# numba's cache takes them as they are (recjit/generated.py gives every generated file one
+# modification time).
 if ls .gpu/kernels.tar.xz.part-* >/dev/null 2>&1; then
     mkdir -p "$RECJIT_CACHE_DIR" && cat .gpu/kernels.tar.xz.part-* \
         | tar -xJf - -C "$RECJIT_CACHE_DIR" \
@@ -107,9 +108,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         cuda-tests) RECJIT_TESTS_FIRST=.gpu/pending-tests.txt \
             stage cuda-tests ${TEST_LIMIT:-270} python3 -m pytest -p no:cacheprovider -rs \
             -v --tb=short -o faulthandler_timeout=80 --durations=10 ${PYTEST_ARGS:-} \
-            tests/test_cuda_backward.py tests/test_cuda.py tests/test_cuda_runtime.py \
-            tests/test_context.py tests/test_schedule.py tests/test_ieee_semantics.py \
-            tests/test_prepare.py tests/test_torch_layer.py ;;
+            $(python3 tools/gpu_pending_tests.py --files) ;;
         all-tests) stage all-tests ${ALL_LIMIT:-400} python3 -m pytest -p no:cacheprovider -rs -v \
             --tb=short -n 8 ;;
         profile) stage profile ${PROFILE_LIMIT:-150} python3 tools/gpu_profile.py --trees "$TREES" ${PROFILE_ARGS:-} ;;

@@ -205,9 +205,10 @@ class KernelBody(StatementVisitor):
         self.statements(substitute(loop.body, whole), depth + 3)
 
 
-def panels_name(product, labels):
-    """The panels of a product's weight (of its block of columns, when it has one)."""
-    name = f"panels_{labels.get(product.weight, product.weight)}"
+def panels_name(product, labels, prefix="panels"):
+    """The panels of a product's weight (of its block of columns, when it has one); with
+    `prefix="room"`, the room its transposed weight is packed into (`transposed_room`)."""
+    name = f"{prefix}_{labels.get(product.weight, product.weight)}"
     return name if product.columns is None else f"{name}_{product.columns[0]}_{product.columns[1]}"
 
 
@@ -228,8 +229,9 @@ def weight_panels(kernel, pack_from_nodes, labels):
              + ("; those read transposed are panels as they lie, packed only where their "
                 "rows alias in the cache" if views else ""),
              f"    pack = num_nodes >= {pack_from_nodes}"]
-    room = {name: f"room_{name[len('panels_'):]}" for name, product in weights.items()
-            if product.weight in views}  # a user's parameter may be read-only: never packed in place
+    # a user's parameter may be read-only: never packed in place
+    room = {name: panels_name(product, labels, "room") for name, product in weights.items()
+            if product.weight in views}
     lines += [f"    {room[name]} = transposed_room({expression.matmul_operands(product)[0]}, pack)"
               if name in room else
               f"    {name} = weight_panels({expression.matmul_operands(product)[0]}, pack)"

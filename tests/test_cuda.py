@@ -31,7 +31,7 @@ from conftest import assert_same_result, attentive_child_sum, attentive_params, 
     time_aware_rnn, transposed_mv_params, transposed_mv_rnn, vector_rnn_params, \
     with_time_steps, word_sequences
 from numba import cuda
-from numba.core import config
+from numba.core import config, types as numba_types
 
 VOCAB = 12
 HIDDEN = 3
@@ -221,6 +221,51 @@ def test_copies_go_to_the_driver_at_the_buffers_addresses_looked_up_once(monkeyp
     copies.to_host(8, 0)  # nothing to copy: no call
     assert calls == [("to device", 1 << 40, host, 64, 7),
                      ("to host", host + 16, (1 << 40) + 16, 24)]
+
+
+class FakeDeviceArray:
+    """What a launch's layout reads of a numba device array, over a NumPy array."""
+
+    def __init__(self, values, address):
+        self.values = values
+        self.dtype, self.ndim, self.shape = values.dtype, values.ndim, values.shape
+        self.size, self.strides = values.size, values.strides
+        self.device_ctypes_pointer = type("Pointer", (), {"value": address})
+
+    def is_c_contiguous(self):
+        return self.values.flags.c_contiguous
+
+
+def laid_out(types, arguments):
+    launch = object.__new__(device.CooperativeLaunch)
+    launch.types = tuple(types)
+    return launch._lay_out(arguments)
+
+
+MATRIX_TYPE, VECTOR_TYPE = (numba_types.Array(numba_types.float32, 2, "C"),
+                            numba_types.Array(numba_types.int32, 1, "C"))
+
+
+def test_a_launchs_parameters_are_numbas_flattening_of_its_arguments():
+    """numba-cuda flattens a device array into meminfo, parent, size, itemsize, pointer,
+    shape and byte strides, a slot each, and a scalar into a slot."""
+    parameters = laid_out(
+        (numba_types.int64, MATRIX_TYPE, VECTOR_TYPE),
+        (5, FakeDeviceArray(np.zeros((3, 4), np.float32), 1 << 40),
+         FakeDeviceArray(np.zeros(6, np.int32), 2 << 40)))
+    assert list(parameters.values) == [0, 0, 0, 12, 4, 1 << 40, 3, 4, 16, 4,
+                                       0, 0, 6, 4, 2 << 40, 6, 4]
+    assert parameters.scalar_slots == [0]
+
+
+@pytest.mark.parametrize("values", [
+    np.zeros((4, 3), np.float32).T,  # not C-contiguous
+    np.zeros((3, 4), np.float64),  # another dtype
+    np.zeros(3, np.float32),  # another number of dimensions
+    np.broadcast_to(np.zeros(4, np.float32), (1, 4)),  # a zero stride: numba types it 'A'
+], ids=["transposed", "float64", "vector", "broadcast"])
+def test_an_array_numba_types_otherwise_goes_through_numbas_launch(values):
+    assert laid_out((MATRIX_TYPE,), (FakeDeviceArray(values, 1 << 40),)) is None
 
 
 @pytest.mark.parametrize("refactor, launches", [

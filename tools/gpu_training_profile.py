@@ -1,6 +1,7 @@
 """Where a GPU training step spends its time: `bench_training.py`'s `RecjitCudaStep` (child-sum
 TreeLSTM, X=H=256 unless told, SST train trees), each of its phases synchronized and timed, the
-device calls each phase makes (allocations, copies, launches), and the host's share by
+kernels' share of the forward and the pullback (CUDA events around each cooperative launch),
+the device calls each phase makes (allocations, copies, launches), and the host's share by
 function (cProfile). Runs in numba's simulator too (NUMBA_ENABLE_CUDASIM=1), where only the
 counts mean anything.
 
@@ -57,37 +58,70 @@ class DeviceCalls:
         return counts
 
 
-def phased_step(step, forest, laps):
-    """`RecjitCudaStep.__call__`, synchronized and timed after each of its PHASES."""
+class KernelTimes:
+    """CUDA events around every cooperative launch (a fused kernel: the forward's, the
+    backward's), on the stream it is queued on, so that a phase's kernel time can be told from
+    its host time."""
+
+    def __init__(self):
+        self.pending = []
+        launch = device.CooperativeLaunch.__call__
+
+        @functools.wraps(launch)
+        def timed(kernel, blocks, arguments):
+            start, end = cuda.event(), cuda.event()
+            start.record()
+            launch(kernel, blocks, arguments)
+            end.record()
+            self.pending.append((start, end))
+        device.CooperativeLaunch.__call__ = timed
+
+    def take(self):
+        """The ms the launches since the last take ran on the device."""
+        cuda.synchronize()
+        elapsed = sum(start.elapsed_time(end) for start, end in self.pending)
+        self.pending = []
+        return elapsed
+
+
+def phased_step(step, forest, laps, kernels, kernel_times):
+    """`RecjitCudaStep.__call__`, synchronized and timed after each of its PHASES, and the
+    kernels' time of the forward and the pullback into `kernels`."""
     lap = Laps(laps)
     out, pullback = bench_training.child_sum_tree_lstm.vjp(forest, step.cell_params(),
                                                            backend="cuda")
     lap("vjp (forward)")
+    kernels["forward's kernel"].append(kernel_times.take())
     h = out.nodes[0]
     _, probabilities = step.loss(forest, h)
     lap("loss (host)")
     gradients = pullback(nodes=(probabilities @ step.W_out, None))
     lap("pullback")
+    kernels["backward's kernel"].append(kernel_times.take())
     step.adagrad(step.W_out, step.squares_out[0], probabilities.T @ h, LR)
     step.adagrad(step.b_out, step.squares_out[1], probabilities.sum(axis=0), LR)
     step.update_cell(gradients.params)
     lap("adagrad")
 
 
-def profile(batches, hidden, vocab, steps, calls):
+def profile(batches, hidden, vocab, steps, calls, kernel_times):
     initial = initial_parameters(len(vocab), hidden, hidden, seed=0)
     step = RecjitCudaStep(initial)
     step(batches[0])  # compiles
     laps = {phase: [] for phase in PHASES}
+    kernels = {"forward's kernel": [], "backward's kernel": []}
     calls.take()
+    kernel_times.take()
     for forest in (batches * steps)[:steps]:
-        phased_step(step, forest, laps)
+        phased_step(step, forest, laps, kernels, kernel_times)
     counts = calls.take()
     nodes = int(np.median([forest.num_nodes for forest in batches]))
     print(f"\n## batches of {len(batches[0].roots)} trees (median {nodes} nodes), "
           f"X=H={hidden}, {steps} steps: median ms a phase, "
           + ", ".join(f"{phase} {np.median(times):.3f}" for phase, times in laps.items())
           + f"; the whole step {np.median(np.sum(list(laps.values()), axis=0)):.3f}")
+    print("of which on the device (events around the launches): " + ", ".join(
+        f"{name} {np.median(times):.3f}" for name, times in kernels.items()))
     print("device calls a step: " + ", ".join(
         f"{name} {count / steps:g}" for name, count in sorted(counts.items())), flush=True)
     profiler = cProfile.Profile()
@@ -106,10 +140,12 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     calls = DeviceCalls()
+    kernel_times = KernelTimes()
     vocab = {}
     for size in map(int, args.batches.split(",")):
         lines = sst_lines(os.path.join(args.data, "train.txt"), 4 * size)
-        profile(sst_batches(lines, size, vocab), args.hidden, vocab, args.steps, calls)
+        profile(sst_batches(lines, size, vocab), args.hidden, vocab, args.steps, calls,
+                kernel_times)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ class _Upload:
         self.capacity = tuple(shape[0] for _, _, shape in layout)
         for (name, dtype, shape), (begin, end) in zip(layout, spans):
             self.staged[name] = self.staging[begin:end].view(dtype)
-            self.views[name] = self.on_device[begin:end].view(dtype).reshape(shape)
+            self.views[name] = device.packed_view(self.on_device, begin, end, dtype, shape)
 
     def holds(self, arrays):
         """Whether `arrays` are the ones laid out here, each with no more rows than its view:
@@ -106,7 +106,7 @@ class _States:
         self.staging = device.pinned_array(total, np.uint8)
         self.copies = device.Copies(self.staging, self.on_device)
         self.row_bytes = [size * np.dtype(dtype).itemsize for _, size in columns]
-        views = {name: self.on_device[begin:end].view(dtype).reshape(shape)
+        views = {name: device.packed_view(self.on_device, begin, end, dtype, shape)
                  for (name, _, shape), (begin, end) in zip(layout, spans)}
         self.arrays = {name: views[name] for name, _ in columns}
         self.root_arrays = {root_name(name): views[root_name(name)] for name, _ in columns}
@@ -166,7 +166,7 @@ class PackedArrays:
         self.buffer = device.device_array(total, np.uint8)
         self.spans = {name: (begin, end, shape)
                       for (name, _, shape), (begin, end) in zip(layout, spans)}
-        self.arrays = {name: self.buffer[begin:end].view(dtype).reshape(shape)
+        self.arrays = {name: device.packed_view(self.buffer, begin, end, dtype, shape)
                        for name, (begin, end, shape) in self.spans.items()}
         self.returned = tuple(returned)
 

@@ -9,6 +9,7 @@ import numpy as np
 from numba import cuda
 from numba.core import config
 from numba.core import types as numba_types
+from numba.np import numpy_support
 from numba.cuda.cudadrv import driver
 from numba.cuda.cudadrv.devicearray import is_cuda_ndarray
 
@@ -165,15 +166,34 @@ class CooperativeLaunch:
                 scalar_slots.append(len(values))
                 values.append(0)
                 continue
-            if (self.dispatcher.typeof_pyval(argument) != argument_type
-                    or not argument.is_c_contiguous()):
+            if not typed_as(argument, argument_type):
                 return None
             itemsize = argument.dtype.itemsize
-            strides = [itemsize * int(np.prod(argument.shape[axis + 1:], dtype=np.int64))
-                       for axis in range(argument.ndim)]
-            values += [0, 0, argument.size, itemsize,
-                       argument.device_ctypes_pointer.value or 0, *argument.shape, *strides]
+            values += [0, 0, argument.size, itemsize, argument.device_ctypes_pointer.value or 0,
+                       *argument.shape, *c_strides(argument.shape, itemsize)]
         return ParameterBuffer(values, scalar_slots)
+
+
+def typed_as(array, array_type):
+    """Whether numba would type device array `array` as `array_type` for a launch, for the
+    C-contiguous array types recjit's kernels take: what `typeof` decides (layout 'C' for a
+    C-contiguous array without a zero stride), without building the type. A vjp's arrays are
+    new at every step, so this runs for each of them at each launch: `typeof` took most of
+    the 0.9 ms a layout cost a training step on an H200 (cProfile)."""
+    return (isinstance(array_type, numba_types.Array) and array_type.layout == "C"
+            and array_type.mutable and array_type.aligned and array.ndim == array_type.ndim
+            and array.dtype == numpy_support.as_dtype(array_type.dtype)
+            and array.is_c_contiguous() and not (array.size and 0 in array.strides))
+
+
+def c_strides(shape, itemsize):
+    """The byte strides of a C-contiguous array of `shape`: what numba passes a kernel for
+    one."""
+    strides, stride = [], itemsize
+    for extent in reversed(shape):
+        strides.append(stride)
+        stride *= extent
+    return strides[::-1]
 
 
 class ParameterBuffer:
@@ -238,6 +258,20 @@ def driver_launch(function, blocks, threads, stream, parameters):
     _check(_driver().cuLaunchCooperativeKernel(function, blocks, 1, 1, threads, 1, 1, 0, stream,
                                                parameters.pointers),
            "cuLaunchCooperativeKernel")
+
+
+def packed_view(buffer, begin, end, dtype, shape):
+    """Bytes [begin, end) of `buffer`, a byte device array, as a C-contiguous array of
+    `dtype` and `shape`. On a GPU it is made at once on the buffer's memory, as numba-cuda's
+    slice makes one: its slice, `view` and `reshape` would make three device arrays, each
+    costing tens of microseconds, and a pullback makes a view for each of ~20 arrays every
+    step (`PackedArrays`)."""
+    if simulated():
+        return buffer[begin:end].view(dtype).reshape(shape)
+    from numba.cuda.cudadrv.devicearray import DeviceNDArray  # the simulator has none
+    dtype = np.dtype(dtype)
+    return DeviceNDArray(shape, c_strides(shape, dtype.itemsize), dtype,
+                         gpu_data=buffer.gpu_data.view(begin, end))
 
 
 def to_device(what, value, dtype):

@@ -1,5 +1,6 @@
 """The errors recjit raises, and its warnings. Every failure a user can cause is one of
 these errors, never a traceback from inside the compiler or a numba typing error."""
+import numpy as np
 
 
 class RecJitError(Exception):
@@ -32,6 +33,14 @@ class UnsupportedError(SourceLocated):
 
 class InputError(RecJitError):
     """A forest, field or parameter that the model cannot run on; names the culprit."""
+
+
+def checked_flag(name, value):
+    """`value`, an option's True or False; anything else (a string such as "False" is true)
+    is an InputError naming the option."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise InputError(f"{name} must be True or False, not {value!r}")
 
 
 class ShapeError(SourceLocated, InputError):

@@ -14,7 +14,7 @@ import numpy as np
 
 from .autodiff import Pullback, adjoint_case, tree_of_nodes
 from .codegen_cpu import CpuBackward, CpuKernel
-from .errors import InputError, RecJitError, ScheduleError, UnsupportedError
+from .errors import InputError, RecJitError, ScheduleError, UnsupportedError, checked_flag
 from .explanation import Explanation
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
@@ -398,7 +398,8 @@ class RecursiveModel:
         fields first (an O(size) scan, off by default). `device_output` (backend="cuda"): the
         result's arrays stay on the GPU. `context`: the values of the cell's arguments after
         `p`, in order."""
-        if device_output and backend != "cuda":
+        check_finite = checked_flag("check_finite", check_finite)
+        if checked_flag("device_output", device_output) and backend != "cuda":
             raise RecJitError(f"device_output=True asks for GPU arrays; backend={backend!r} "
                               "computes on the host")
         analysis = self.analyse()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .autodiff.gradients import RowGrad
 from .errors import InputError, RecJitError
 from .linearize import Forest
 from .params import DeviceParams, Params
@@ -47,17 +48,31 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     if not isinstance(forest, Forest):
         raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
     names = sorted(params)
+    sparse = _sparse_names(sparse)
+    for name in sparse:
+        if name not in params:
+            raise InputError(f"sparse names {name!r}, which is not among the parameters "
+                             f"passed: {', '.join(names)}")
     fields = dict(fields or {})
     inputs = ([("parameter", name, params[name]) for name in names]
               + [("field", name, fields[name]) for name in sorted(fields)]
               + [("context", str(position), value) for position, value in enumerate(context)])
     tensors = [value for _, _, value in inputs if isinstance(value, torch.Tensor)]
     device = _device_of(inputs, backend)
-    layout = _Layout(model, forest, tuple(inputs), tuple(sparse),
+    layout = _Layout(model, forest, tuple(inputs), sparse,
                      "cuda" if device.type == "cuda" else backend or "cpu", device)
     outputs = _RecursiveFunction.apply(layout, *tensors)
     count = len(outputs) // 2
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
+
+
+def _sparse_names(sparse):
+    """`sparse` as a tuple of names: one name may be given as a string."""
+    names = (sparse,) if isinstance(sparse, str) else tuple(sparse)
+    for name in names:
+        if not isinstance(name, str):
+            raise InputError(f"sparse takes the names of tables, not {name!r}")
+    return names
 
 
 def _device_of(inputs, backend):
@@ -164,13 +179,16 @@ def _gradients_of(layout, gradients):
             gradient = gradients.fields.get(name)
         else:
             gradient = gradients.context[int(name)]
-        result.append(None if gradient is None
-                      else _as_tensor(gradient, value, name in layout.sparse))
+        sparse = kind == "parameter" and name in layout.sparse
+        if sparse and gradient is not None and not isinstance(gradient, RowGrad):
+            raise InputError(f"sparse names {name!r}, whose gradient is dense: the cell does "
+                             f"not only gather rows from it")
+        result.append(None if gradient is None else _as_tensor(gradient, value, sparse))
     return result
 
 
 def _as_tensor(gradient, like, sparse):
-    if hasattr(gradient, "indices") and hasattr(gradient, "values"):  # a `RowGrad`
+    if isinstance(gradient, RowGrad):
         if sparse:
             return torch.sparse_coo_tensor(  # the rows are unique and sorted: coalesced
                 torch.from_numpy(gradient.indices)[None], torch.from_numpy(gradient.values),
@@ -190,7 +208,7 @@ class Module(torch.nn.Module):
     def __init__(self, model, sparse=(), backend=None, **initial):
         super().__init__()
         self.model = model
-        self.sparse = tuple(sparse)
+        self.sparse = _sparse_names(sparse)
         self.backend = backend
         for name, value in initial.items():
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(np.asarray(value))))

@@ -470,3 +470,16 @@ def test_import_recjit_needs_no_extra_and_the_extra_says_how_to_get_it(extra, ne
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)
     assert f"recjit.{extra} needs {needs}: pip install 'recjit[{extra}]'" in result.stdout
+
+
+@pytest.mark.parametrize("option, call", [
+    ("check_finite", lambda forest, p: tree_lstm.run(forest, p, check_finite="False")),
+    ("device_output", lambda forest, p: tree_lstm.run(forest, p, device_output="no")),
+    ("per_tree", lambda forest, p: tree_lstm.vjp(forest, p)[1](per_tree="yes")),
+    ("shuffle", lambda forest, p: forest.batches(1, shuffle="False")),
+], ids=["check_finite", "device_output", "per_tree", "shuffle"])
+def test_an_option_that_is_not_true_or_false_is_refused_naming_it(option, call):
+    """A string such as "False" is true: taken as it is, it would turn the option on."""
+    forest = rj.Forest.random_binary(2, seed=0, vocab_size=20)
+    with pytest.raises(rj.InputError, match=f"{option} must be True or False"):
+        call(forest, make_params(4, 20, "float32", 0))

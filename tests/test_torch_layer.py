@@ -64,6 +64,27 @@ def test_a_gathered_tables_gradient_is_sparse_when_asked_and_dense_otherwise():
                                rtol=1e-12)
 
 
+def test_one_sparse_table_may_be_named_by_a_string():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    layer = module(sparse="E")
+    layer(forest).roots[0].sum().backward()
+    assert layer.E.grad.is_sparse and not layer.U_iou.grad.is_sparse
+
+
+def test_a_sparse_name_that_is_not_a_parameter_is_refused_naming_it():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    with pytest.raises(rj.InputError, match="sparse names 'Ee', which is not among the "
+                                            "parameters"):
+        module(sparse=("Ee",))(forest)
+
+
+def test_a_sparse_name_of_a_multiplied_parameter_is_refused_naming_it():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    out = module(sparse=("U_iou",))(forest)
+    with pytest.raises(rj.InputError, match="sparse names 'U_iou', whose gradient is dense"):
+        out.roots[0].sum().backward()
+
+
 def test_a_fields_gradient_flows_into_the_layer_that_computed_it():
     """An `nn.Embedding` upstream makes every node's vector field `x`."""
     forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=VOCAB)

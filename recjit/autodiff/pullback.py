@@ -10,7 +10,7 @@ fills a row of gradient per node for the host to reduce here, or, where no kerne
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import numpy as np
 
-from ..errors import InputError, RecJitError
+from ..errors import InputError, RecJitError, checked_flag
 from ..frontend.cell_ir import attribute
 from ..lowering.arguments import leaf_groups
 from ..lowering.backward import gradient_sums
@@ -56,7 +56,8 @@ class Pullback:
 
     def backward(self, roots=None, nodes=None, per_tree=False, check_finite=False):
         """The `Sink` that the backward pass for these cotangents filled."""
-        cotangents = self.incoming(roots, nodes, check_finite)
+        per_tree = checked_flag("per_tree", per_tree)
+        cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero

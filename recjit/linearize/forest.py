@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, checked_flag
 from ..params import on_device, shape_and_dtype, to_host
 from .linearizer import check_structure, native
 
@@ -100,9 +100,10 @@ class Forest:
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
                              f"1, not {size!r}")
+        shuffle = checked_flag("Forest.batches: shuffle", shuffle)
         rng = np.random.default_rng(seed)
         order = rng.permutation(self.roots.size) if shuffle else np.arange(self.roots.size)
-        if not bucket_by_height:
+        if not checked_flag("Forest.batches: bucket_by_height", bucket_by_height):
             return (self.select(order[begin:begin + size])
                     for begin in range(0, order.size, size))
         order = order[np.argsort(self.root_heights()[order], kind="stable")]

@@ -649,6 +649,7 @@ class RecursiveModel:
         a notebook or the REPL shows once; `print()` it in a script, or pass `file` to write it
         there); with `grad=True`, the adjoint of each case too, and the backward kernel's ILIR,
         which `vjp`'s pullback runs on `backend`."""
+        grad = checked_flag("grad", grad)
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         if grad:  # what vjp runs: the forward that keeps its products, where it does
@@ -690,7 +691,7 @@ class RecursiveModel:
         """The generated source of the kernel compiled last for `backend` (or for this forest
         and these parameters, when given); `grad=True`: of the backward kernel of the last
         `vjp` (or of one for this forest and these parameters)."""
-        if grad:
+        if checked_flag("grad", grad):
             return self._backward_source(backend, forest, p, context)
         if forest is not None and p is not None:
             return self.compile(forest, p, backend, context=context).backend_kernel.source

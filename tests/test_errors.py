@@ -477,7 +477,9 @@ def test_import_recjit_needs_no_extra_and_the_extra_says_how_to_get_it(extra, ne
     ("device_output", lambda forest, p: tree_lstm.run(forest, p, device_output="no")),
     ("per_tree", lambda forest, p: tree_lstm.vjp(forest, p)[1](per_tree="yes")),
     ("shuffle", lambda forest, p: forest.batches(1, shuffle="False")),
-], ids=["check_finite", "device_output", "per_tree", "shuffle"])
+    ("grad", lambda forest, p: tree_lstm.explain(forest, p, grad="no")),
+    ("grad", lambda forest, p: tree_lstm.kernel_source(grad="no")),
+], ids=["check_finite", "device_output", "per_tree", "shuffle", "explain", "kernel_source"])
 def test_an_option_that_is_not_true_or_false_is_refused_naming_it(option, call):
     """A string such as "False" is true: taken as it is, it would turn the option on."""
     forest = rj.Forest.random_binary(2, seed=0, vocab_size=20)

@@ -355,6 +355,8 @@ class Forest:
         an `arity=2` model takes."""
         if hasattr(trees, "label") and callable(trees.label):
             trees = [trees]
+        collapse_unary = checked_flag("Forest.from_nltk: collapse_unary", collapse_unary)
+        binarize = checked_flag("Forest.from_nltk: binarize", binarize)
         vocab = {} if vocab is None else vocab
         labels = {} if labels is None else labels
         builder, roots = _Builder(), []

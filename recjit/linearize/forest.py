@@ -617,16 +617,21 @@ class _Builder:
                     position += 1 if following in "()" else 2
                     continue
                 label, _, word = label_and_word.strip().partition(" ")
+                word = word.strip()  # one word, which SST's may have spaces in ("8 1\/2")
                 node = self.new_node(label=label_id(label, line_number))
                 # the innermost open node; None only for a treebank's outer bracket, which
                 # is the bottom of the stack
                 parent = self.open_nodes[-1] if self.open_nodes else None
                 if parent is not None:
+                    if self.leaf_values[parent] >= 0:
+                        raise InputError(f"PTB line {line_number}: the subtree "
+                                         f"'({label_and_word.strip()}' follows a word in its "
+                                         f"parent's bracket; a node holds one word or "
+                                         f"subtrees, not both")
                     self.children[parent].append(node)
                 else:
                     self.tree_root = node
                 self.open_nodes.append(node)
-                word = word.strip()
                 if word:
                     self.leaf_values[node] = word_id(word)
                 position += 2

@@ -177,9 +177,8 @@ class CooperativeLaunch:
 def typed_as(array, array_type):
     """Whether numba would type device array `array` as `array_type` for a launch, for the
     C-contiguous array types recjit's kernels take: what `typeof` decides (layout 'C' for a
-    C-contiguous array without a zero stride), without building the type. A vjp's arrays are
-    new at every step, so this runs for each of them at each launch: `typeof` took most of
-    the 0.9 ms a layout cost a training step on an H200 (cProfile)."""
+    C-contiguous array without a zero stride), without building the type: a vjp's arrays are
+    new at every step, so this runs for each of them at each launch."""
     return (isinstance(array_type, numba_types.Array) and array_type.layout == "C"
             and array_type.mutable and array_type.aligned and array.ndim == array_type.ndim
             and array.dtype == numpy_support.as_dtype(array_type.dtype)

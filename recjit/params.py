@@ -9,7 +9,8 @@ class Params:
     """A named bundle of parameter arrays (and Python numbers, kept as they are), passed
     unchanged to every recursive call."""
 
-    def __init__(self, **arrays):
+    def __init__(self, *positional, **arrays):
+        _check_names(type(self).__name__, positional, arrays)
         for name, value in arrays.items():
             setattr(self, name, value if is_weak(value) else np.asarray(value))
 
@@ -37,9 +38,22 @@ class DeviceParams(Params):
     """Parameters in GPU memory (`Params.to_device()`): numba device arrays, or any arrays
     exposing `__cuda_array_interface__` (CuPy, PyTorch CUDA tensors), kept as they are."""
 
-    def __init__(self, **arrays):  # noqa: PLW0231 (Params.__init__ would copy them to the host)
+    # Not Params.__init__, which would copy the arrays to the host.
+    def __init__(self, *positional, **arrays):  # noqa: PLW0231
+        _check_names(type(self).__name__, positional, arrays)
         for name, value in arrays.items():
             setattr(self, name, value)
+
+
+def _check_names(kind, positional, arrays):
+    """Parameters come by name; a name may not hide one of `Params`' methods."""
+    if positional:
+        raise InputError(f"{kind} takes its parameters by name, {kind}(W=..., b=...); for a "
+                         f"dict of them, {kind}(**params)")
+    for name in arrays:
+        if name in ("names", "to_device"):
+            raise InputError(f"a parameter may not be named {name!r}: {kind}.{name}() is "
+                             f"a method of its own; rename it in the cell and here")
 
 
 def is_weak(value):

@@ -485,3 +485,14 @@ def test_an_option_that_is_not_true_or_false_is_refused_naming_it(option, call):
     forest = rj.Forest.random_binary(2, seed=0, vocab_size=20)
     with pytest.raises(rj.InputError, match=f"{option} must be True or False"):
         call(forest, make_params(4, 20, "float32", 0))
+
+
+def test_parameters_passed_as_a_dict_are_refused_with_the_keyword_form():
+    with pytest.raises(rj.InputError, match=r"Params\(\*\*params\)"):
+        rj.Params({"W": np.ones(2)})
+
+
+@pytest.mark.parametrize("name", ["names", "to_device"])
+def test_a_parameter_named_as_a_method_of_params_is_refused(name):
+    with pytest.raises(rj.InputError, match=f"may not be named '{name}'"):
+        rj.Params(**{name: np.ones(2)})

@@ -14,7 +14,7 @@ import numpy as np
 
 from .autodiff import Pullback, adjoint_case, tree_of_nodes
 from .codegen_cpu import CpuBackward, CpuKernel
-from .errors import InputError, RecJitError, ScheduleError, UnsupportedError, checked_flag
+from .errors import InputError, RecJitError, UnsupportedError, checked_flag
 from .explanation import Explanation
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
@@ -28,7 +28,7 @@ from .params import (WithContext, described, is_weak, params_on_host, shape_and_
                      to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
-from .schedule import Schedule
+from .schedule import Schedule, checked_schedule
 
 BACKENDS = ("cpu", "cuda")
 
@@ -52,7 +52,7 @@ def recursive_model(function=None, *, arity=_DEFAULT_ARITY, kind="tree", schedul
         raise RecJitError(f"a sequence model has one child per step (the previous step); "
                           f"arity={arity!r} does not fit kind='sequence'")
 
-    schedule = _checked_schedule(schedule, Schedule())
+    schedule = checked_schedule(schedule, Schedule())
 
     def decorate(cell):
         require_code(cell)
@@ -303,7 +303,7 @@ class RecursiveModel:
         if backend not in BACKENDS:
             raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
         _require_forest(forest)
-        schedule = _checked_schedule(schedule, self.schedule)
+        schedule = checked_schedule(schedule, self.schedule)
         key = self.signature(analysis, forest, p, backend, schedule)
         entry = self._compiled.get(key)
         if entry is None or not entry.cell.outside.holds():
@@ -352,7 +352,7 @@ class RecursiveModel:
         """Validate the forest against the model's structure and linearize it into the
         batches `schedule` runs."""
         _require_forest(forest)
-        schedule = _checked_schedule(schedule, None)
+        schedule = checked_schedule(schedule, None)
         linearized = linearize(forest, single_parent=self.kind != "dag", arity=self.arity)
         if schedule is None or linearized.num_nodes == 0:
             return linearized
@@ -438,7 +438,7 @@ class RecursiveModel:
             raise InputError(f"this forest was prepared by {prepared.model.__name__}, not "
                              f"{self.__name__}")
         if self.signature(analysis, prepared.forest, p, backend,
-                          _checked_schedule(schedule, self.schedule)) != prepared.key:
+                          checked_schedule(schedule, self.schedule)) != prepared.key:
             raise InputError(f"this forest was prepared for another backend, schedule or "
                              f"parameter shapes than backend={backend!r} and these; call "
                              f"{self.__name__}.prepare again")
@@ -495,7 +495,7 @@ class RecursiveModel:
         them recomputed (refactored, unrolled), on the CPU and on the GPU alike. A
         jacobian's (`wanted` effects) copies the kept products with the states
         (`kept_for_copies`)."""
-        schedule = _checked_schedule(schedule, self.schedule)
+        schedule = checked_schedule(schedule, self.schedule)
         if schedule.remat is True:
             return schedule
         if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
@@ -867,16 +867,6 @@ def _parameters_dtype(p, names):
 
 def _weight_shapes(parameters):
     return weight_shapes({name: shape for name, shape, _ in parameters})
-
-
-def _checked_schedule(schedule, default):
-    """`schedule`, or `default` where it is None; anything but a `Schedule` is refused."""
-    if schedule is None:
-        return default
-    if not isinstance(schedule, Schedule):
-        raise ScheduleError(f"schedule must be a recjit.Schedule, not {type(schedule).__name__} "
-                            f"{schedule!r}")
-    return schedule
 
 
 def _require_forest(forest):

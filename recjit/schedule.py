@@ -147,3 +147,13 @@ class Schedule:
 def _whole(value):
     """Whether `value` is an int, and not a bool (which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def checked_schedule(schedule, default):
+    """`schedule`, or `default` where it is None; anything but a `Schedule` is refused."""
+    if schedule is None:
+        return default
+    if not isinstance(schedule, Schedule):
+        raise ScheduleError(f"schedule must be a recjit.Schedule, not {type(schedule).__name__} "
+                            f"{schedule!r}")
+    return schedule

@@ -105,6 +105,17 @@ def test_a_bag_of_lines_without_a_vocab_is_refused_before_anything_runs():
         rjd.roots(tree_rnn, lines, make_params(8, 3, "float64"))
 
 
+@pytest.mark.parametrize("option, message", [
+    ({"backend": "gpu"}, "backend must be one of"),
+    ({"schedule": "fast"}, "schedule must be a recjit.Schedule"),
+], ids=["backend", "schedule"])
+def test_a_backend_or_schedule_that_cannot_run_is_refused_before_anything_runs(option,
+                                                                               message):
+    forests = [rj.Forest.random_binary(2, seed=0, vocab_size=5)]
+    with pytest.raises(rj.RecJitError, match=message):
+        rjd.roots(tree_rnn, forests, make_params(8, 5, "float64"), **option)
+
+
 def test_an_output_the_model_does_not_return_is_refused_before_anything_runs():
     forests = [rj.Forest.random_binary(2, seed=0, vocab_size=5)]
     with pytest.raises(rj.RecJitError, match="output=1: tree_rnn returns 1 state"):

@@ -30,7 +30,8 @@
 # DyNet carried in: run it in several calls, FULL_BENCH_ARGS="--models A,B --machine NAME-1",
 # then the other models as NAME-2, ..., and `bench.py --merge` the parts. A call that its limit
 # stops leaves the rows it measured in NAME-k.partial.json, which --merge takes as well.
-# BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py.
+# BENCH_LIMIT and ABLATION_LIMIT change those stages' limits, ABLATION_ARGS goes to ablation.py
+# (the whole ablation took ~410 s on an H200, its plot last: limit 450 s).
 # After each stage the kernel cache goes to $OUT/kernels.tar.xz.part-aa, -ab (at most 2 parts of
 # 15 MiB); copy them to .gpu/ here and the next call (carry .gpu) starts with those kernels
 # compiled. The device tool brings back 8 files a call: a call of many stages may want fewer.
@@ -139,7 +140,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             --vpps --cuda --data .gpu ${TRAINING_ARGS:---machine gpu-training} ;;
         training-profile) stage training-profile ${TRAINING_PROFILE_LIMIT:-200} python3 \
             tools/gpu_training_profile.py --data .gpu ${TRAINING_PROFILE_ARGS:-} ;;
-        ablation) stage ablation ${ABLATION_LIMIT:-400} python3 benchmarks/ablation.py --cuda \
+        ablation) stage ablation ${ABLATION_LIMIT:-450} python3 benchmarks/ablation.py --cuda \
             --trees "$TREES" ${ABLATION_ARGS:-} ;;
         *) echo "unknown stage $name"; exit 2 ;;
     esac

@@ -138,27 +138,42 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
 def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     """totals[t] = Σ a[n] ⊗ b[n] over the rows n = order[bounds[t]:bounds[t + 1]] of tree
-    t: per-tree weight gradients, the trees shared among the threads (`workers` of them, as
-    numba's count is set), four rows at a time, so that each tree's gradient, tens of KiB
-    to MiB, is read and written a quarter as often as row by row."""
-    for tree in numba.prange(totals.shape[0]):
+    t: per-tree weight gradients. A task is a tree and four rows of its gradient, which stay
+    in L1 while the tree's nodes pass four at a time, each b element loaded once for 16
+    multiply-adds; tasks (trees times row quads) are shared among the threads (`workers`
+    of them, as numba's count is set), which a few dozen trees of unequal size would not
+    balance."""
+    rows, columns = a_rows.shape[1], b_rows.shape[1]
+    quads = -(-rows // 4)
+    for task in numba.prange(totals.shape[0] * quads):
+        tree, i = task // quads, task % quads * 4
         total = totals[tree]
-        total[:] = 0
+        last = min(i + 4, rows)
+        total[i:last] = 0
         first, end = bounds[tree], bounds[tree + 1]
-        while first + 4 <= end:
-            n0, n1, n2, n3 = order[first], order[first + 1], order[first + 2], order[first + 3]
-            for i in range(a_rows.shape[1]):
-                a0, a1, a2, a3 = a_rows[n0, i], a_rows[n1, i], a_rows[n2, i], a_rows[n3, i]
-                for j in range(b_rows.shape[1]):
-                    total[i, j] += (a0 * b_rows[n0, j] + a1 * b_rows[n1, j]
-                                    + a2 * b_rows[n2, j] + a3 * b_rows[n3, j])
-            first += 4
-        for row in range(first, end):
+        if last - i == 4:
+            while first + 4 <= end:
+                n0, n1, n2, n3 = order[first], order[first + 1], order[first + 2], order[first + 3]
+                a00, a01, a02, a03 = a_rows[n0, i], a_rows[n1, i], a_rows[n2, i], a_rows[n3, i]
+                a10, a11, a12, a13 = (a_rows[n0, i + 1], a_rows[n1, i + 1], a_rows[n2, i + 1],
+                                      a_rows[n3, i + 1])
+                a20, a21, a22, a23 = (a_rows[n0, i + 2], a_rows[n1, i + 2], a_rows[n2, i + 2],
+                                      a_rows[n3, i + 2])
+                a30, a31, a32, a33 = (a_rows[n0, i + 3], a_rows[n1, i + 3], a_rows[n2, i + 3],
+                                      a_rows[n3, i + 3])
+                for j in range(columns):
+                    b0, b1, b2, b3 = b_rows[n0, j], b_rows[n1, j], b_rows[n2, j], b_rows[n3, j]
+                    total[i, j] += a00 * b0 + a01 * b1 + a02 * b2 + a03 * b3
+                    total[i + 1, j] += a10 * b0 + a11 * b1 + a12 * b2 + a13 * b3
+                    total[i + 2, j] += a20 * b0 + a21 * b1 + a22 * b2 + a23 * b3
+                    total[i + 3, j] += a30 * b0 + a31 * b1 + a32 * b2 + a33 * b3
+                first += 4
+        for row in range(first, end):  # the nodes left over, and a last quad of fewer rows
             n = order[row]
-            for i in range(a_rows.shape[1]):
-                a0 = a_rows[n, i]
-                for j in range(b_rows.shape[1]):
-                    total[i, j] += a0 * b_rows[n, j]
+            for k in range(i, last):
+                a = a_rows[n, k]
+                for j in range(columns):
+                    total[k, j] += a * b_rows[n, j]
 
 
 # The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .autodiff import Pullback, adjoint_case, tree_of_nodes
+from .autodiff import Pullback, adjoint_case, parameter_guards, tree_of_nodes
 from .codegen_cpu import CpuBackward, CpuKernel
 from .errors import InputError, RecJitError, UnsupportedError, checked_flag
 from .explanation import Explanation
@@ -487,7 +487,8 @@ class RecursiveModel:
         else:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, p,
-                                analysis.usage.context, backward, kept)
+                                analysis.usage.context, backward, kept,
+                                parameter_guards(cell, p, linearized.fields))
 
     def _training_schedule(self, schedule):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
@@ -591,7 +592,7 @@ class RecursiveModel:
                                 kernel.distinct_key) if kernel is not None else {})
         return Pullback(pullback.cell, pullback.adjoints, linearized,
                         [state[rows] for state in pullback.states], pullback.params,
-                        pullback.context, pullback.compiled, kept)
+                        pullback.context, pullback.compiled, kept, pullback.guards)
 
     @_user_facing
     def reference(self, forest, p, context=()):

@@ -148,6 +148,29 @@ def test_a_pullback_may_be_called_again_and_a_missing_cotangent_is_zero():
     assert not np.asarray(nothing.params.U_iou).any() and not np.asarray(nothing.params.E).any()
 
 
+@pytest.mark.parametrize("name, rows", [("U_iou", slice(None)), ("E", 1)],
+                         ids=["a weight", "a gathered row"])
+def test_a_pullback_after_its_parameters_changed_in_place_is_refused_naming_it(name, rows):
+    """An optimizer's in-place update between vjp and a pullback would otherwise give a
+    gradient mixing the new parameters with the forward's states."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    out, pullback = tree_lstm.vjp(forest, p)
+    getattr(p, name)[rows] += 1
+    with pytest.raises(rj.InputError, match=f"parameter '{name}' changed in place after vjp"):
+        pullback(roots=(np.ones_like(out.roots[0]), None))
+
+
+def test_a_pullback_takes_a_change_to_rows_its_forest_does_not_gather():
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    out, pullback = tree_lstm.vjp(forest, p)
+    h_only = (np.ones_like(out.roots[0]), None)
+    before = pullback(roots=h_only)
+    p.E[VOCAB - 1] += 1
+    np.testing.assert_array_equal(pullback(roots=h_only).params.U_iou, before.params.U_iou)
+
+
 @pytest.mark.parametrize("roots, message", [
     ((np.ones((1, HIDDEN)),), r"must be 2 array\(s\), one per state component"),
     ((np.ones((2, HIDDEN)), None), (r"roots, component 0, has shape \(2, 3\); the run's "

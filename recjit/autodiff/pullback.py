@@ -30,12 +30,14 @@ class Pullback:
     infinite cotangents first. It may be called any number of times, or never. `compiled`:
     the backward kernel (`codegen_cpu.CpuBackward`, `codegen_cuda.CudaBackward`), or None
     to interpret the adjoint; `params`: as the kernel reads them (the GPU's: where they lie,
-    without a copy); `kept`: the products the forward kept for it, by name
+    without a copy); `guards`: the `ForwardValues` it checks them against before each call
+    (`parameter_guards`); `kept`: the products the forward kept for it, by name
     (`Schedule(remat=False)`)."""
 
     def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None,
-                 kept=None):
+                 kept=None, guards=()):
         self.cell = cell
+        self.guards = guards
         self.adjoints = adjoints  # {"leaf": AdjointCase, "internal": AdjointCase}
         self.compiled = compiled
         self.linearized = linearized
@@ -49,7 +51,7 @@ class Pullback:
         """This pullback with its adjoint evaluated by NumPy (`interpret.py`), not by the
         compiled kernel: the same gradients, a check on the kernel, and slower."""
         return Pullback(self.cell, self.adjoints, self.linearized, self.states, self.params,
-                        self.context)
+                        self.context, guards=self.guards)
 
     def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False):
         return self.backward(roots, nodes, per_tree, check_finite).gradients(self.context)
@@ -57,6 +59,8 @@ class Pullback:
     def backward(self, roots=None, nodes=None, per_tree=False, check_finite=False):
         """The `Sink` that the backward pass for these cotangents filled."""
         per_tree = checked_flag("per_tree", per_tree)
+        for guard in self.guards:
+            guard.check(getattr(self.params, guard.name))
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
@@ -311,9 +315,7 @@ class Sink:
         tree, per tree), a float for a Python number."""
         value = getattr(self.params, name)
         gathered = self.table_rows.get(name, [])
-        only_gathered = any(table == name for _, table, _ in self.cell.gathers) and not any(
-            op.kind == "param" and attribute(op.attrs[0]) == name
-            for case in self.cell.cases for op in case.ops)
+        only_gathered = name in only_gathered_tables(self.cell)
         trees = self.linearized.roots.size
         if only_gathered and name not in self.dense:  # no rows at all in an empty forest
             gathered = gathered or [(np.zeros(0, np.int64), np.zeros((0,) + tuple(shape[1:])),
@@ -338,3 +340,59 @@ class Sink:
         if is_weak(value):
             return float(total) if self.trees is None else total
         return total
+
+
+def only_gathered_tables(cell):
+    """The parameters the cell reads only by gathering rows (`p.E[node.word]`), never
+    whole: their gradient is a `RowGrad`."""
+    multiplied = {attribute(op.attrs[0]) for case in cell.cases for op in case.ops
+                  if op.kind == "param"}
+    return {table for _, table, _ in cell.gathers} - multiplied
+
+
+def parameter_guards(cell, params, fields):
+    """What a pullback checks before each call: the parameters on the host as the forward
+    read them. A training loop may update its parameters in place before a pullback is
+    called (a second pullback of one vjp, or two vjps before their pullbacks), and a
+    pullback that read the updated ones would mix them with the forward's states: a
+    gradient at no point. The kernel reads the arrays themselves (warm from the forward);
+    a copy of each is compared first, but of a table the cell only gathers from, which may
+    be large (an embedding), only the rows its forest gathers. Arrays on the GPU are not
+    checked (docs/training.md)."""
+    tables = only_gathered_tables(cell)
+    guards = []
+    for name in params.names():
+        value = getattr(params, name)
+        if not isinstance(value, np.ndarray):
+            continue
+        rows = None
+        if name in tables:
+            indices = np.concatenate([np.ravel(fields[field]) for _, table, field in cell.gathers
+                                      if table == name])
+            rows = np.unique(indices[indices >= 0])
+        guards.append(ForwardValues(name, value, rows))
+    return tuple(guards)
+
+
+class ForwardValues:
+    """A parameter's values as the forward read them (`rows` of a table, or all)."""
+
+    def __init__(self, name, values, rows=None):
+        self.name, self.rows = name, rows
+        self.values = values.copy() if rows is None else values[rows]
+
+    def check(self, values):
+        """Refuse a pullback whose parameter changed since its forward."""
+        now = values if self.rows is None else values[self.rows]
+        if not np.array_equal(_bits(now), _bits(self.values)):
+            raise InputError(f"parameter {self.name!r} changed in place after vjp"
+                             + (", in rows its forest gathers" if self.rows is not None else "")
+                             + ": a pullback computes the gradient at the forward's parameters, "
+                             "so call it before updating them, or call vjp again")
+
+
+def _bits(values):
+    """`values` seen as unsigned integers of their size, so that equality is bit for bit (a
+    NaN equals itself, as `equal_nan` would make it, at a tenth of the cost)."""
+    size = values.dtype.itemsize
+    return values.view(f"u{size}") if size in (1, 2, 4, 8) else values

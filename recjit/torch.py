@@ -150,6 +150,8 @@ class _RecursiveFunction(torch.autograd.Function):
         result, pullback = layout.model.vjp(forest, params, context=context,
                                             backend=layout.backend)
         ctx.layout, ctx.pullback = layout, pullback
+        ctx.inputs = tensors
+        ctx.versions = tuple(tensor._version for tensor in tensors)
         ctx.set_materialize_grads(False)
         return tuple(torch.from_numpy(np.ascontiguousarray(state)).to(layout.device)
                      for state in result.nodes + result.roots)
@@ -157,6 +159,7 @@ class _RecursiveFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
+        _check_unchanged(ctx)
         count = len(cotangents) // 2
         as_arrays = [None if c is None else c.detach().cpu().numpy() for c in cotangents]
         nodes, roots = tuple(as_arrays[:count]), tuple(as_arrays[count:])
@@ -164,6 +167,20 @@ class _RecursiveFunction(torch.autograd.Function):
         gradients = ctx.pullback(roots=roots[0] if single else roots,
                                  nodes=nodes[0] if single else nodes)
         return (None,) + tuple(_gradients_of(ctx.layout, gradients))
+
+
+def _check_unchanged(ctx):
+    """Refuse a backward whose inputs changed in place since the forward (an optimizer's
+    step first), as autograd refuses it for the tensors it saves: torch counts each
+    tensor's in-place changes (`_version`), on the GPU too, where the pullback's own check
+    of host parameters does not reach."""
+    tensors = iter(ctx.inputs)
+    versions = iter(ctx.versions)
+    for kind, name, value in ctx.layout.inputs:
+        if isinstance(value, torch.Tensor) and next(tensors)._version != next(versions):
+            raise InputError(f"{kind} {name!r} changed in place after the forward: its "
+                             f"gradient is at the forward's values, so run backward before "
+                             f"updating it, or run the forward again")
 
 
 def _gradients_of(layout, gradients):

@@ -85,6 +85,17 @@ def test_a_sparse_name_of_a_multiplied_parameter_is_refused_naming_it():
         out.roots[0].sum().backward()
 
 
+def test_a_backward_after_an_in_place_update_is_refused_naming_the_parameter():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    layer = module()
+    loss = layer(forest).roots[0].sum()
+    with torch.no_grad():
+        layer.U_iou.add_(1.0)  # an optimizer's step before the backward
+    with pytest.raises(rj.InputError, match="parameter 'U_iou' changed in place after the "
+                                            "forward"):
+        loss.backward()
+
+
 def test_a_fields_gradient_flows_into_the_layer_that_computed_it():
     """An `nn.Embedding` upstream makes every node's vector field `x`."""
     forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=VOCAB)

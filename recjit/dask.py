@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import InputError, RecJitError
 from .linearize import Forest
-from .model import BACKENDS, RecursiveModel
+from .model import RecursiveModel, checked_backend
 from .schedule import checked_schedule
 from .threads import set_num_threads
 
@@ -75,8 +75,7 @@ def roots(model, corpus, params, *, vocab=None, unknown=None, output=0, batch_si
     if not isinstance(model, RecursiveModel):
         raise RecJitError(f"recjit.dask.roots takes a recursive model (a cell decorated "
                           f"with @rj.recursive_model), not {type(model).__name__}")
-    if backend not in BACKENDS:
-        raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+    checked_backend(backend)
     checked_schedule(schedule, None)
     if unknown is not None:
         _whole("unknown", unknown, 0)

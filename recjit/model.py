@@ -33,6 +33,13 @@ from .schedule import Schedule, checked_schedule
 BACKENDS = ("cpu", "cuda")
 
 
+def checked_backend(backend):
+    """`backend`, one of BACKENDS; anything else is refused."""
+    if backend not in BACKENDS:
+        raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+    return backend
+
+
 _DEFAULT_ARITY = object()
 
 
@@ -300,8 +307,7 @@ class RecursiveModel:
     def _compiled_entry(self, analysis, forest, p, backend, schedule):
         """(the signature, its `Compiled`, or its `ByForest` where each forest completes the
         schedule)."""
-        if backend not in BACKENDS:
-            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        checked_backend(backend)
         _require_forest(forest)
         schedule = checked_schedule(schedule, self.schedule)
         key = self.signature(analysis, forest, p, backend, schedule)
@@ -460,8 +466,7 @@ class RecursiveModel:
         with `backend="cuda"` one cooperative launch on the GPU; `kernel_source(backend,
         grad=True)` prints it), or, where its lowering does not take a construct, evaluated
         with NumPy a batch at a time."""
-        if backend not in BACKENDS:
-            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        checked_backend(backend)
         return self._vjp(forest, p, schedule, context, backend=backend)
 
     def _vjp(self, forest, p, schedule, context, wanted=None, backend="cpu"):
@@ -545,8 +550,7 @@ class RecursiveModel:
         all the state's elements at once: the forest taken once per element, each copy's
         roots given that element's unit cotangent (pfor's vectorized jacobian); on the CPU,
         or with `backend="cuda"` the GPU's forward and backward kernels."""
-        if backend not in BACKENDS:
-            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        checked_backend(backend)
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
         cell = self._cell_for(analysis, forest, bound)
@@ -626,8 +630,7 @@ class RecursiveModel:
         return Result(nodes=nodes, roots=nodes)
 
     def _backward_source(self, backend, forest, p, context):
-        if backend not in BACKENDS:
-            raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+        checked_backend(backend)
         if forest is not None and p is not None:
             analysis = self.analyse()
             key, _, compiled, _ = self._compiled_for(

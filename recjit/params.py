@@ -51,9 +51,9 @@ def _check_names(kind, positional, arrays):
         raise InputError(f"{kind} takes its parameters by name, {kind}(W=..., b=...); for a "
                          f"dict of them, {kind}(**params)")
     for name in arrays:
-        if name in ("names", "to_device"):
-            raise InputError(f"a parameter may not be named {name!r}: {kind}.{name}() is "
-                             f"a method of its own; rename it in the cell and here")
+        if hasattr(Params, name):
+            raise InputError(f"a parameter may not be named {name!r}, an attribute "
+                             f"{kind} has of its own; rename it in the cell and here")
 
 
 def is_weak(value):

@@ -150,8 +150,10 @@ class _RecursiveFunction(torch.autograd.Function):
         result, pullback = layout.model.vjp(forest, params, context=context,
                                             backend=layout.backend)
         ctx.layout, ctx.pullback = layout, pullback
-        ctx.inputs = tensors
-        ctx.versions = tuple(tensor._version for tensor in tensors)
+        tensor_inputs = [(kind, name) for kind, name, value in layout.inputs
+                         if isinstance(value, torch.Tensor)]
+        ctx.versions = tuple((kind, name, tensor, tensor._version)
+                             for (kind, name), tensor in zip(tensor_inputs, tensors))
         ctx.set_materialize_grads(False)
         return tuple(torch.from_numpy(np.ascontiguousarray(state)).to(layout.device)
                      for state in result.nodes + result.roots)
@@ -174,10 +176,8 @@ def _check_unchanged(ctx):
     step first), as autograd refuses it for the tensors it saves: torch counts each
     tensor's in-place changes (`_version`), on the GPU too, where the pullback's own check
     of host parameters does not reach."""
-    tensors = iter(ctx.inputs)
-    versions = iter(ctx.versions)
-    for kind, name, value in ctx.layout.inputs:
-        if isinstance(value, torch.Tensor) and next(tensors)._version != next(versions):
+    for kind, name, tensor, version in ctx.versions:
+        if tensor._version != version:
             raise InputError(f"{kind} {name!r} changed in place after the forward: its "
                              f"gradient is at the forward's values, so run backward before "
                              f"updating it, or run the forward again")

@@ -21,19 +21,18 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from numba.core import config
-
 from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
                              Load, Loop, MatMul, StatementVisitor, Store, Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.backward import gradient_sums
 from ..lowering.pysource import PythonExpressions
 from .packs import PACKED_ROW, TILE, TILE_COLUMN
+from .runtime import INLINED
 from .units import NO_SPLIT, element_extent
 
-# A generated device function: inlined by NVVM, as the runtime's are (`runtime.INLINED`).
-DEVICE_FUNCTION = "@cuda.jit(device=True)" if config.ENABLE_CUDASIM else \
-    "@cuda.jit(device=True, forceinline=True)"
+# A generated device function: inlined by NVVM, as the runtime's are.
+DEVICE_FUNCTION = "@cuda.jit(" + ", ".join(
+    ["device=True", *(f"{option}={value}" for option, value in INLINED.items())]) + ")"
 
 # The exact activations, numba-cuda's libdevice functions (in a fast-math kernel, `fastmath`
 # would make `math.tanh` the hardware's tanh.approx.f32: fast-math kernels define their own,

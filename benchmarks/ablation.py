@@ -81,7 +81,8 @@ def fig_a(benchmark, hidden, forests, repeat, backends):
             schedule = schedule.but(**fields)
             entries.append((backend, label, schedule))
         chosen = model.compile(forests[0], p, backend, rj.Schedule()).schedule
-        entries.append((backend, f"+ compiler's choices (refactor={chosen.refactor})",
+        staging = ", unstaged" if backend == "cuda" and not chosen.stage_products else ""
+        entries.append((backend, f"the default (refactor={chosen.refactor}{staging})",
                         rj.Schedule()))
     return timed(model, forests, p, entries, repeat)
 

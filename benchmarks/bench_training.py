@@ -82,11 +82,11 @@ def median_ms(step, batches, rounds):
 
 # recjit, with NumPy around it ------------------------------------------------------------
 class RecjitStep:
-    """One training step: vjp (on `backend`), the loss and its gradient with NumPy, the
-    pullback, Adagrad."""
+    """One training step: vjp (on `backend`, under `schedule`: None, the model's), the loss
+    and its gradient with NumPy, the pullback, Adagrad."""
 
-    def __init__(self, initial, backend="cpu"):
-        self.backend = backend
+    def __init__(self, initial, backend="cpu", schedule=None):
+        self.backend, self.schedule = backend, schedule
         self.params = {name: initial[name].copy() for name in CELL_PARAMETERS}
         self.W_out, self.b_out = initial["W_out"].copy(), initial["b_out"].copy()
         self.squares = {name: np.zeros_like(value) for name, value in self.params.items()}
@@ -97,7 +97,7 @@ class RecjitStep:
 
     def loss_and_pullback(self, forest):
         out, pullback = child_sum_tree_lstm.vjp(forest, self.cell_params(),
-                                                backend=self.backend)
+                                                backend=self.backend, schedule=self.schedule)
         h = out.nodes[0]
         loss, d_logits = self.loss(forest, h)
         return loss, h, d_logits, pullback
@@ -155,8 +155,8 @@ class RecjitCudaStep(RecjitStep):
 
     TABLE = "E"  # the cell's embedding table: its gradient is a `RowGrad`
 
-    def __init__(self, initial):
-        super().__init__(initial, "cuda")
+    def __init__(self, initial, schedule=None):
+        super().__init__(initial, "cuda", schedule)
         names = [name for name in self.params if name != self.TABLE] + [self.TABLE]
         ends = np.cumsum([self.params[name].size for name in names]).tolist()
         self.spans = {name: (end - self.params[name].size, end) for name, end in zip(names, ends)}

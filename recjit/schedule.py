@@ -36,10 +36,11 @@ class Schedule:
       those ops (`codegen_cuda/units.py`); `False`: each block owns an even share of every
       weight's rows, and a grid barrier separates each product from its readers (the
       ablation baseline).
-    - `stage_products` (CUDA, fused): a product of more nodes than a block's warps take at
-      once stages their inputs through shared memory, a tile of nodes at a time, instead of
-      each warp reading its node's from global memory (`runtime.multiply`); `False`: every
-      product reads them directly (the ablation baseline).
+    - `stage_products` (CUDA, fused; off by default): a product of more nodes than a block's
+      warps take at once stages their inputs through shared memory, a tile of nodes at a
+      time, instead of each warp reading its node's from global memory (`runtime.multiply`);
+      `False`: every product reads them directly. Off because two H200 runs measured every
+      zoo model faster without it at ten trees, and all but TreeFC at one.
     - `row_groups` (CUDA, fused): the products of a weight (not split by units) with rows
       for at most half the blocks at four a block are split over the grid in groups of four
       rows, each group's nodes in ranges over the blocks that share it
@@ -97,7 +98,7 @@ class Schedule:
     fusion: bool = True
     persistence: bool = True
     split_units: bool = True
-    stage_products: bool = True
+    stage_products: bool = False
     row_groups: bool = True
     block_packs: bool = True
     shared_tiles: bool = True

@@ -565,11 +565,12 @@ def test_a_refactored_tree_lstm_batch_has_one_grid_barrier_and_one_block_barrier
 
 
 def test_an_unrefactored_tree_lstm_batch_has_one_grid_barrier_as_a_refactored_one():
-    """Each block packs U_iou's inputs and U_f's, a row per child, into its tile itself (block
-    packs): the grid meets once a batch, after the elementwise ops, as refactored."""
+    """Staged, each block packs U_iou's inputs and U_f's, a row per child, into its tile
+    itself (block packs): the grid meets once a batch, after the elementwise ops, as
+    refactored."""
     forest = rj.Forest.from_nested([((1, 2), 3), (4, 5)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 4)
-    unrefactored = rj.Schedule(refactor=False)
+    unrefactored = rj.Schedule(refactor=False, stage_products=True)
     text = tree_lstm.explain(forest, p, backend="cuda", schedule=unrefactored,
                              file=io.StringIO())
     packed = [line for line in text.splitlines()
@@ -617,20 +618,22 @@ def test_mv_rnn_reads_its_matrix_products_across_units_and_keeps_grid_barriers()
     check(mv_rnn, forest, p)
 
 
-def test_explain_says_how_many_nodes_a_product_stages_at_once():
+def test_explain_says_how_many_nodes_a_staged_product_stages_at_once():
     """TreeLSTM multiplies rows of HIDDEN floats: 32 nodes' fit next to its weights."""
     forest = rj.Forest.from_nested([((1, 2), 3)])
     text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"), backend="cuda",
-                             file=io.StringIO())
+                             schedule=rj.Schedule(stage_products=True), file=io.StringIO())
     assert "stages their inputs in shared memory, 32 nodes at a time" in text
     assert f"x_tile = cuda.shared.array((32, {HIDDEN}), real)" in tree_lstm.kernel_source("cuda")
 
 
 def test_explain_prints_the_planned_ilir_that_the_cuda_emitter_prints():
-    """TreeFC's pack loop is each block's own, its barrier a block's, its batch ranged."""
+    """Staged, TreeFC's pack loop is each block's own, its barrier a block's, its batch
+    ranged."""
     forest = rj.Forest.perfect(7, num_trees=10)
     p = tree_fc_params(256, 1000, "float32", 0)
-    text = tree_fc.explain(forest, p, backend="cuda", schedule=rj.Schedule(refactor=False))
+    text = tree_fc.explain(forest, p, backend="cuda",
+                           schedule=rj.Schedule(refactor=False, stage_products=True))
     ilir = text[text.index("== ILIR (cuda) =="):text.index("schedule: ")]
     assert "ranges of the count nodes: each block its share of them and of the 256 units" in ilir
     assert "(each block packs its inputs into its tile itself)" in ilir
@@ -643,13 +646,14 @@ def test_explain_prints_the_planned_ilir_that_the_cuda_emitter_prints():
     assert "cuda.syncthreads()  # barrier: the elementwise ops read the products" in source
 
 
-def test_without_staged_products_inputs_are_read_directly_and_still_right():
+def test_by_default_products_read_their_inputs_directly_and_are_right():
     forest = rj.Forest.perfect(4, num_trees=2)
     p = tree_fc_params(HIDDEN, 1000, "float64", 7)
-    schedule = rj.Schedule(stage_products=False)
-    text = tree_fc.explain(forest, p, backend="cuda", schedule=schedule, file=io.StringIO())
-    assert "products read their inputs directly (Schedule(stage_products=False))" in text
-    check(tree_fc, forest, p, schedule)
+    text = tree_fc.explain(forest, p, backend="cuda", file=io.StringIO())
+    assert ("products read their inputs directly (Schedule(stage_products=True) stages them "
+            "on chip)") in text
+    assert "multiply_tile(" not in tree_fc.kernel_source("cuda")
+    check(tree_fc, forest, p)
 
 
 def test_weights_too_large_for_shared_memory_are_read_through_l2_and_still_right():

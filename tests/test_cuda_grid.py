@@ -144,12 +144,14 @@ def test_the_backward_on_several_blocks_that_run_apart_gives_the_cpus_gradients(
 
 @settings(max_examples=10)
 @given(name=st.sampled_from(sorted(ZOO)), count=st.integers(2, 4), persistence=st.booleans(),
-       split_units=st.booleans(), row_groups=st.booleans(), block_packs=st.booleans(),
+       split_units=st.booleans(), stage_products=st.booleans(), row_groups=st.booleans(),
+       block_packs=st.booleans(),
        shared_tiles=st.booleans(), node_ranges=st.booleans(), unroll=st.integers(1, 3),
        refactor=st.sampled_from([None, True, False]), specialize=st.booleans(), data=st.data(),
        seed=seeds)
 def test_fused_schedules_on_several_blocks_equal_reference(name, count, persistence,
-                                                           split_units, row_groups,
+                                                           split_units, stage_products,
+                                                           row_groups,
                                                            block_packs, shared_tiles,
                                                            node_ranges, unroll, refactor,
                                                            specialize, data, seed):
@@ -157,7 +159,7 @@ def test_fused_schedules_on_several_blocks_equal_reference(name, count, persiste
     model, make_params, structure = ZOO[name]
     _, forests = STRUCTURES[structure]
     schedule = rj.Schedule(persistence=persistence, split_units=split_units,
-                           row_groups=row_groups, block_packs=block_packs,
+                           stage_products=stage_products, row_groups=row_groups, block_packs=block_packs,
                            shared_tiles=shared_tiles, node_ranges=node_ranges, unroll=unroll,
                            refactor=refactor,
                            specialize=specialize)
@@ -180,7 +182,7 @@ def test_products_staged_in_several_tiles_on_several_blocks_equal_reference(warp
     own; a simulated block's 32 threads are one warp, so the GPU's choice stages them too."""
     forest = rj.Forest.perfect(5, num_trees=3)
     p = tree_fc_params(4, 1000, "float64", 5)
-    schedule = rj.Schedule(refactor=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, tree_fc):
         kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.tile[0] == 32 and "x_tile" in kernel.source
@@ -194,24 +196,37 @@ def test_products_split_in_row_groups_on_several_blocks_equal_reference(warps):
     through the tile. The weights are read from global memory, not kept in shared memory."""
     p = mv_rnn_params(8, VOCAB, "float64", 6)
     forest, _ = STRUCTURES["binary"]
+    staged = rj.Schedule(stage_products=True)
     with grid_of(5, mv_rnn):
-        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        kernel = mv_rnn.compile(forest, p, "cuda", staged).backend_kernel
         assert kernel.plan.row_groups == {"p_W", "p_W_M"}
         assert "row_groups_plan(p_W_M.shape[0], " in kernel.source
         assert "shared_p_W" not in kernel.source
         assert "groups of four rows" in kernel.describe()
-    check(5, mv_rnn, forest, p, warps=warps, lag=LAG)
+    check(5, mv_rnn, forest, p, staged, warps=warps, lag=LAG)
+
+
+def test_unstaged_products_split_in_row_groups_equal_reference():
+    """The default, unstaged: each warp of a group reads its nodes' inputs directly."""
+    p = mv_rnn_params(8, VOCAB, "float64", 6)
+    forest, _ = STRUCTURES["binary"]
+    with grid_of(5, mv_rnn):
+        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        assert kernel.plan.row_groups == {"p_W", "p_W_M"}
+        assert "matmul_row_groups(p_W_M, p_W_M.shape[0], " in kernel.source
+    check(5, mv_rnn, forest, p, lag=LAG)
 
 
 def test_too_few_blocks_for_two_ranges_a_group_split_the_rows_evenly():
     """8 rows in two groups need 4 blocks for two ranges of nodes each; 3 split them evenly."""
     p = mv_rnn_params(8, VOCAB, "float64", 7)
     forest, _ = STRUCTURES["binary"]
+    staged = rj.Schedule(stage_products=True)
     with grid_of(3, mv_rnn):
-        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        kernel = mv_rnn.compile(forest, p, "cuda", staged).backend_kernel
         assert not kernel.plan.row_groups and "rows_plan(" in kernel.source
         assert "row_groups_plan(" not in kernel.source
-    check(3, mv_rnn, forest, p)
+    check(3, mv_rnn, forest, p, staged)
 
 
 @pytest.mark.parametrize("warps", [False, True], ids=["a thread per item", "a warp per item"])
@@ -221,7 +236,7 @@ def test_packs_each_block_computes_in_its_tile_on_several_blocks_equal_reference
     of 8 on 3 blocks, two of which lag), and no grid barrier comes before the products."""
     forest = rj.Forest.perfect(4, num_trees=3)
     p = tree_rnn_params(5, 1000, "float64", 8)
-    schedule = rj.Schedule(refactor=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, tree_rnn), tiles_of(8):
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_U"}
@@ -243,7 +258,7 @@ def test_a_pack_of_a_row_per_child_each_block_computes_in_its_tile_equals_refere
     3 blocks that lag); no grid barrier comes before the products."""
     forest = rj.Forest.perfect(4, num_trees=3)
     p = tree_lstm_params(5, 1000, "float64", 11)
-    schedule = rj.Schedule(refactor=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, tree_lstm), tiles_of(7):
         kernel = tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.packs.arrays == {"leaf_x_W_iou", "batch_x_U_iou", "batch_x_U_f"}
@@ -261,7 +276,7 @@ def test_products_packed_by_one_loop_share_their_tiles_and_equal_reference(warps
     lag)."""
     forest = rj.Forest.perfect(3, num_trees=3, vocab_size=VOCAB)
     p = tree_lstm_params(4, VOCAB, "float64", 13)
-    schedule = rj.Schedule(refactor=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, tree_lstm), tiles_of(5):
         source = tree_lstm.compile(forest, p, "cuda", schedule).backend_kernel.source
         assert "batch_x_U_iou, batch_x_U_f in x_tile itself, in the same tiles" in source
@@ -274,7 +289,7 @@ def test_without_shared_tiles_each_packed_product_fills_tiles_of_its_own():
     pack and multiply their own tiles, one after the other (the ablation baseline)."""
     forest = rj.Forest.perfect(3, num_trees=3, vocab_size=VOCAB)
     p = tree_lstm_params(4, VOCAB, "float64", 14)
-    unshared = rj.Schedule(refactor=False, shared_tiles=False)
+    unshared = rj.Schedule(refactor=False, stage_products=True, shared_tiles=False)
     with grid_of(3, tree_lstm), tiles_of(5):
         source = tree_lstm.compile(forest, p, "cuda", unshared).backend_kernel.source
         assert "in the same tiles" not in source and "tile_part" not in source
@@ -287,7 +302,7 @@ def test_a_pack_of_products_of_a_blocks_own_units_is_the_grids():
     own units alone: no block can pack every unit of it, so the grid packs it and meets."""
     p = tree_gru_params(5, VOCAB, "float64", 9)
     forest, _ = STRUCTURES["child-sum"]
-    refactored = rj.Schedule(refactor=True)
+    refactored = rj.Schedule(refactor=True, stage_products=True)
     with grid_of(3, tree_gru):
         kernel = tree_gru.compile(forest, p, "cuda", refactored).backend_kernel
         assert "batch_x_U_h" not in kernel.plan.packs.arrays and kernel.plan.packs.arrays
@@ -305,7 +320,7 @@ def test_a_pack_of_a_row_per_edge_each_block_computes_in_its_tile_equals_referen
     forest = rj.Forest.from_nested([((1, 2, 3), (4, 5), 6), (((7, 8), 9, 10), 11, (12, 13, 14)),
                                     (15, (16, 17, 18))] * 3)
     p = make_params(5, 1000, "float64", 12)
-    schedule = rj.Schedule(refactor=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, model), tiles_of(4):
         kernel = model.compile(forest, p, "cuda", schedule).backend_kernel
         assert any(array.startswith("batch_x_child_") for array in kernel.plan.packs.arrays)
@@ -316,7 +331,7 @@ def test_a_pack_of_a_row_per_edge_each_block_computes_in_its_tile_equals_referen
 def test_without_block_packs_the_grid_packs_and_meets_before_the_products():
     forest = rj.Forest.perfect(3, num_trees=2)
     p = tree_rnn_params(5, 1000, "float64", 10)
-    schedule = rj.Schedule(refactor=False, block_packs=False)
+    schedule = rj.Schedule(refactor=False, stage_products=True, block_packs=False)
     with grid_of(3, tree_rnn):
         kernel = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
         assert not kernel.plan.packs.arrays and "multiply_tile(" not in kernel.source
@@ -370,14 +385,29 @@ def test_batches_split_in_ranges_of_nodes_on_several_blocks_equal_reference(name
     range's 5 units on one block (two blocks idle); 6 nodes, 3 ranges of 2, units in groups
     of 3 and 2; 3 nodes, 2 ranges, units in groups of 2, 2 and 1. TreeFC and TreeLSTM
     multiply a row per node and a row per child, the child-sum models a row per edge (whose
-    ranges follow the nodes'); tiles of 2 nodes, and the blocks lag after block barriers."""
+    ranges follow the nodes'); unrefactored and staged, tiles of 2 nodes, and the blocks lag
+    after block barriers."""
     model, make_params, forest = RANGED[name]
     p = make_params(5, 1000, "float64", 13)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(6, model), tiles_of(2), balance_of(4):
-        kernel = model.compile(forest, p, "cuda").backend_kernel
+        kernel = model.compile(forest, p, "cuda", schedule).backend_kernel
         assert kernel.plan.ranges.products and "ranges = node_ranges(count, 4)" in kernel.source
         assert any(isinstance(statement, RangeShare) for statement in walk(kernel.planned.body))
-        check(6, model, forest, p, lag=LAG)
+        check(6, model, forest, p, schedule, lag=LAG)
+
+
+@pytest.mark.parametrize("name", sorted(RANGED))
+def test_unstaged_batches_split_in_ranges_of_nodes_equal_reference(name):
+    """The default's products, unstaged, over ranges of nodes: each warp reads its range's
+    inputs directly."""
+    model, make_params, forest = RANGED[name]
+    p = make_params(5, 1000, "float64", 13)
+    schedule = rj.Schedule(refactor=False)
+    with grid_of(6, model), balance_of(4):
+        kernel = model.compile(forest, p, "cuda", schedule).backend_kernel
+        assert kernel.plan.ranges.products and "ranges = node_ranges(count, 4)" in kernel.source
+        check(6, model, forest, p, schedule, lag=LAG)
 
 
 def test_a_dag_rnn_batch_split_in_ranges_reads_the_hoisted_products_of_every_unit():
@@ -385,9 +415,10 @@ def test_a_dag_rnn_batch_split_in_ranges_reads_the_hoisted_products_of_every_uni
     batches read each node's at the units of the block's group, which the grid met on."""
     forest = grids(3, 5, 4, 4, dtype="float64", seed=3)
     p = dag_rnn_params(5, dtype="float64", seed=3)
+    unrefactored = rj.Schedule(refactor=False)
     with grid_of(6, dag_rnn), balance_of(2):
-        assert dag_rnn.compile(forest, p, "cuda").backend_kernel.plan.ranges.products
-        check(6, dag_rnn, forest, p, lag=LAG)
+        assert dag_rnn.compile(forest, p, "cuda", unrefactored).backend_kernel.plan.ranges.products
+        check(6, dag_rnn, forest, p, unrefactored, lag=LAG)
 
 
 def test_refactored_products_leave_the_batches_unranged():
@@ -403,7 +434,7 @@ def test_refactored_products_leave_the_batches_unranged():
 def test_without_node_ranges_every_block_multiplies_every_node_of_a_batch():
     forest = rj.Forest.perfect(3, num_trees=2)
     p = tree_fc_params(5, 1000, "float64", 15)
-    schedule = rj.Schedule(node_ranges=False)
+    schedule = rj.Schedule(node_ranges=False, refactor=False, stage_products=True)
     with grid_of(3, tree_fc), balance_of(1):
         kernel = tree_fc.compile(forest, p, "cuda", schedule).backend_kernel
         assert "node_ranges(" not in kernel.source and "units_plan(" in kernel.source
@@ -430,12 +461,13 @@ def test_a_transposing_pack_each_block_computes_in_its_tile_equals_reference(war
     are left, not three; on 5 blocks in row groups, two of which lag, tiles of 8 rows."""
     p = mv_rnn_params(8, 1000, "float64", 17)
     forest = rj.Forest.perfect(3, num_trees=2)
+    staged = rj.Schedule(stage_products=True)
     with grid_of(5, mv_rnn, warps, LAG), tiles_of(8):
-        kernel = mv_rnn.compile(forest, p, "cuda").backend_kernel
+        kernel = mv_rnn.compile(forest, p, "cuda", staged).backend_kernel
         assert kernel.plan.packs.arrays == {"batch_x_W", "batch_x_W_M"}
         assert kernel.plan.tile[0] == 8 and "tile_column * 8" in kernel.source
         assert kernel.source.count("grid.sync()  # barrier") == 3  # hoisted, 2 a batch
-        result = mv_rnn.run(forest, p, backend="cuda")
+        result = mv_rnn.run(forest, p, backend="cuda", schedule=staged)
     assert_same_result(result, mv_rnn.reference(forest, p))
 
 
@@ -446,7 +478,7 @@ def test_the_roots_are_gathered_after_the_last_batchs_grid_barrier_without_one_o
     reference."""
     forest, _ = STRUCTURES["binary"]
     p = tree_fc_params(5, VOCAB, "float64", 6)
-    unrefactored = rj.Schedule(refactor=False)
+    unrefactored = rj.Schedule(refactor=False, stage_products=True)
     with grid_of(3, tree_fc, lag=LAG):
         source = tree_fc.compile(forest, p, "cuda", unrefactored).backend_kernel.source
         assert source.count("grid.sync()") == 2  # after the hoisted leaves, and a batch

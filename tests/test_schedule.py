@@ -222,15 +222,18 @@ def test_the_compiler_refactors_sequences_on_the_cpu_but_not_binary_trees():
 
 
 def test_on_the_gpu_the_compiler_refactors_where_it_removes_a_barrier_the_grid_meets_at():
-    """On the GPU a TreeLSTM batch meets as a grid once, refactored or not: unrefactored, each
-    block packs its products' inputs itself (block packs), and refactoring's extra products
-    would buy nothing. Where the grid packs them, refactoring saves a grid barrier a batch;
-    a GRU's saves them and adds no products."""
+    """Staged, a TreeLSTM batch meets as a grid once on the GPU, refactored or not:
+    unrefactored, each block packs its products' inputs itself (block packs), and
+    refactoring's extra products would buy nothing. Where the grid packs them (unstaged, the
+    default, or without block packs), refactoring saves a grid barrier a batch; a GRU's saves
+    them and adds no products."""
     tree = rj.Forest.from_nested([((1, 2), 3)])
     sequence = rj.Forest.from_sequences([3], fields={"word": [1, 2, 3]})
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
-    assert chosen(tree_lstm, tree, p, "cuda").refactor is False
-    assert chosen(tree_lstm, tree, p, "cuda", rj.Schedule(block_packs=False)).refactor is True
+    staged = rj.Schedule(stage_products=True)
+    assert chosen(tree_lstm, tree, p, "cuda", staged).refactor is False
+    assert chosen(tree_lstm, tree, p, "cuda", staged.but(block_packs=False)).refactor is True
+    assert chosen(tree_lstm, tree, p, "cuda").refactor is True
     assert chosen(gru, sequence, gru_params(HIDDEN, VOCAB, "float64"), "cuda").refactor is True
 
 
@@ -259,14 +262,15 @@ def test_a_forest_run_unrefactored_by_the_gpus_choice_equals_reference(monkeypat
                        tree_gru.reference(forest, p))
 
 
-def test_on_the_gpu_child_sum_models_meet_as_a_grid_no_more_often_unrefactored():
-    """Each block packs a child-sum batch's summed children and its rows per edge itself, so
-    refactoring saves TreeGRU no grid barrier, and it runs unrefactored."""
+def test_on_the_gpu_staged_child_sum_models_meet_as_a_grid_no_more_often_unrefactored():
+    """Staged, each block packs a child-sum batch's summed children and its rows per edge
+    itself, so refactoring saves TreeGRU no grid barrier, and it runs unrefactored."""
     p = tree_gru_params(HIDDEN, VOCAB, "float64")
     forest = rj.Forest.from_nested([(1, (2, 3, 4), 5), ((6, 7), 8)])
-    assert chosen(tree_gru, forest, p, "cuda").refactor is False
+    staged = rj.Schedule(stage_products=True)
+    assert chosen(tree_gru, forest, p, "cuda", staged).refactor is False
     assert chosen(child_sum_tree_lstm, forest, tree_lstm_params(HIDDEN, VOCAB, "float64"),
-                  "cuda").refactor is False
+                  "cuda", staged).refactor is False
 
 
 def test_explain_prints_the_chosen_schedule():

@@ -102,7 +102,7 @@ def main():
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--variants", default="default",
                         help=f"comma-separated, of {', '.join(SCHEDULES)} (gridpacked: "
-                        "unrefactored, the grid packing)")
+                        "staged, unrefactored, the grid packing)")
     parser.add_argument("--once", action="store_true")
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]

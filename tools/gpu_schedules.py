@@ -9,11 +9,12 @@ on none: this is where they are tried.
                                   [--hidden 256,512] [--batches 1,10]
                                   [--schedules default,refactored,unrefactored]
 
-The variants (`SCHEDULES`, also `gpu_levels.py`'s) each turn one choice off: unrefactored,
-refactored, unpersistent, unsplit, unstaged, ungrouped, unranged, gridpacked (unrefactored,
-the grid packing), unshared (unrefactored, each packed product in tiles of its own); blocks32 and blocks64 run a fused grid of that many blocks, not one a
-multiprocessor (a cheaper grid barrier, fewer hands for a large batch). None of those since
-the fifth GPU session has been timed on a GPU."""
+The variants (`SCHEDULES`, also `gpu_levels.py`'s) each change one choice: unrefactored,
+refactored, unpersistent, unsplit, ungrouped, unranged; staged (products staged through
+shared memory, each block packing their inputs itself), gridpacked (staged, unrefactored,
+the grid packing), unshared (staged, unrefactored, each packed product in tiles of its
+own); blocks32 and blocks64 run a fused grid of that many blocks, not one a multiprocessor
+(a cheaper grid barrier, fewer hands for a large batch)."""
 import argparse
 import importlib
 import os
@@ -34,11 +35,11 @@ SCHEDULES = {"default": rj.Schedule(), "refactored": rj.Schedule(refactor=True),
              "unrefactored": rj.Schedule(refactor=False),
              "unpersistent": rj.Schedule(persistence=False),
              "unsplit": rj.Schedule(split_units=False),
-             "unstaged": rj.Schedule(stage_products=False),
+             "staged": rj.Schedule(stage_products=True),
              "ungrouped": rj.Schedule(row_groups=False),
              "unranged": rj.Schedule(node_ranges=False),
-             "gridpacked": rj.Schedule(block_packs=False, refactor=False),
-             "unshared": rj.Schedule(shared_tiles=False, refactor=False),
+             "gridpacked": rj.Schedule(stage_products=True, block_packs=False, refactor=False),
+             "unshared": rj.Schedule(stage_products=True, shared_tiles=False, refactor=False),
              "blocks32": rj.Schedule(blocks=32), "blocks64": rj.Schedule(blocks=64)}
 
 

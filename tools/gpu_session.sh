@@ -122,7 +122,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
             python3 tools/gpu_products.py --rows 64 --columns 128 --nodes 1,64,640,2304' ;;
         levels) stage levels ${LEVELS_LIMIT:-300} python3 tools/gpu_levels.py \
             ${LEVELS_ARGS:---models tree_fc,tree_lstm --depths 1,8,32,64 \
-            --variants default,blocks32,blocks64,gridpacked,unshared} ;;
+            --variants default,blocks32,blocks64,staged,gridpacked,unshared} ;;
         refactor) stage refactor ${REFACTOR_LIMIT:-300} python3 tools/gpu_schedules.py \
             --trees "$TREES" ${REFACTOR_ARGS:-} ;;
         ranges) stage ranges ${RANGES_LIMIT:-300} python3 tools/gpu_schedules.py \
@@ -131,7 +131,7 @@ print(d.name, \"sm\", d.compute_capability, \"SMs\", d.MULTIPROCESSOR_COUNT,
         variants) stage variants ${VARIANTS_LIMIT:-540} python3 tools/gpu_schedules.py \
             --trees "$TREES" ${VARIANTS_ARGS:---models tree_fc,tree_lstm,mv_rnn \
             --hidden small --count 4 --rounds 8 \
-            --schedules default,unranged,gridpacked,unstaged,ungrouped,unshared} ;;
+            --schedules default,unranged,staged,gridpacked,ungrouped,unshared} ;;
         quick-bench) stage quick-bench ${QUICK_LIMIT:-300} python3 benchmarks/bench.py --quick --cuda \
             --trees "$TREES" ${BENCH_ARGS:---machine gpu-quick} ;;
         bench) stage bench ${BENCH_LIMIT:-560} python3 benchmarks/bench.py --cuda --trees "$TREES" \

@@ -2,10 +2,12 @@
 TreeLSTM, X=H=256 unless told, SST train trees), each of its phases synchronized and timed, the
 kernels' share of the forward and the pullback (CUDA events around each cooperative launch),
 the device calls each phase makes (allocations, copies, launches), and the host's share by
-function (cProfile). Runs in numba's simulator too (NUMBA_ENABLE_CUDASIM=1), where only the
-counts mean anything.
+function (cProfile, recjit's and the benchmark's functions by cumulative time). Each of
+`--schedules` (`gpu_schedules.py`'s variants) in turn. Runs in numba's simulator too
+(NUMBA_ENABLE_CUDASIM=1), where only the counts mean anything.
 
-    python tools/gpu_training_profile.py [--data .gpu] [--batches 1,10,25] [--hidden 256]"""
+    python tools/gpu_training_profile.py [--data .gpu] [--batches 1,10,25] [--hidden 256]
+                                         [--schedules default,staged]"""
 import argparse
 import cProfile
 import functools
@@ -22,6 +24,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "benchmarks"))
 import bench_training  # noqa: E402
 from bench_training import LR, RecjitCudaStep, sst_batches, sst_lines  # noqa: E402
 from gpu_profile import Laps  # noqa: E402
+from gpu_schedules import SCHEDULES  # noqa: E402
 from train_sst import initial_parameters  # noqa: E402
 
 from recjit.codegen_cuda import device  # noqa: E402
@@ -89,7 +92,8 @@ def phased_step(step, forest, laps, kernels, kernel_times):
     kernels' time of the forward and the pullback into `kernels`."""
     lap = Laps(laps)
     out, pullback = bench_training.child_sum_tree_lstm.vjp(forest, step.cell_params(),
-                                                           backend="cuda")
+                                                           backend="cuda",
+                                                           schedule=step.schedule)
     lap("vjp (forward)")
     kernels["forward's kernel"].append(kernel_times.take())
     h = out.nodes[0]
@@ -104,9 +108,9 @@ def phased_step(step, forest, laps, kernels, kernel_times):
     lap("adagrad")
 
 
-def profile(batches, hidden, vocab, steps, calls, kernel_times):
+def profile(batches, hidden, vocab, steps, calls, kernel_times, schedule="default"):
     initial = initial_parameters(len(vocab), hidden, hidden, seed=0)
-    step = RecjitCudaStep(initial)
+    step = RecjitCudaStep(initial, SCHEDULES[schedule])
     step(batches[0])  # compiles
     laps = {phase: [] for phase in PHASES}
     kernels = {"forward's kernel": [], "backward's kernel": []}
@@ -116,7 +120,7 @@ def profile(batches, hidden, vocab, steps, calls, kernel_times):
         phased_step(step, forest, laps, kernels, kernel_times)
     counts = calls.take()
     nodes = int(np.median([forest.num_nodes for forest in batches]))
-    print(f"\n## batches of {len(batches[0].roots)} trees (median {nodes} nodes), "
+    print(f"\n## {schedule}: batches of {len(batches[0].roots)} trees (median {nodes} nodes), "
           f"X=H={hidden}, {steps} steps: median ms a phase, "
           + ", ".join(f"{phase} {np.median(times):.3f}" for phase, times in laps.items())
           + f"; the whole step {np.median(np.sum(list(laps.values()), axis=0)):.3f}")
@@ -129,7 +133,7 @@ def profile(batches, hidden, vocab, steps, calls, kernel_times):
     for forest in (batches * steps)[:steps]:
         step(forest)
     profiler.disable()
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(15)
+    pstats.Stats(profiler).sort_stats("cumulative").print_stats("recjit|bench_training", 25)
 
 
 def main():
@@ -138,14 +142,16 @@ def main():
     parser.add_argument("--batches", default="1,10,25", help="trees a batch, comma-separated")
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--schedules", default="default", help=f"of {', '.join(SCHEDULES)}")
     args = parser.parse_args()
     calls = DeviceCalls()
     kernel_times = KernelTimes()
     vocab = {}
     for size in map(int, args.batches.split(",")):
         lines = sst_lines(os.path.join(args.data, "train.txt"), 4 * size)
-        profile(sst_batches(lines, size, vocab), args.hidden, vocab, args.steps, calls,
-                kernel_times)
+        for schedule in args.schedules.split(","):
+            profile(sst_batches(lines, size, vocab), args.hidden, vocab, args.steps, calls,
+                    kernel_times, schedule)
 
 
 if __name__ == "__main__":

@@ -132,7 +132,7 @@ class CudaKernel:
         if plan.tile == UNUSED_TILE:
             text += ("; products read their inputs directly ("
                      + ("rows too wide to stage on chip)" if self.schedule.stage_products
-                        else "Schedule(stage_products=False))"))
+                        else "Schedule(stage_products=True) stages them on chip)"))
         elif plan.tile:
             text += (f"; a product of more nodes than a block's warps take at once stages "
                      f"their inputs in shared memory, {plan.tile[0]} nodes at a time")

@@ -150,8 +150,10 @@ class RecjitCudaStep(RecjitStep):
     flat buffer in GPU memory, the embedding table's after the others', viewed as
     `rj.DeviceParams` that the forward and the backward read without a copy, and Adagrad's
     sums in another. A step uploads the dense gradients in one copy and updates them in one
-    launch, as PyTorch's multi-tensor Adagrad does, and the table's rows in another. The
-    classifier's parameters stay on the host with the loss."""
+    launch, as PyTorch's multi-tensor Adagrad does, and the table's rows in another, each
+    copy from pinned host memory into device memory allocated once, not through
+    `cuda.to_device`, which allocates, copies from pageable memory and frees at each call.
+    The classifier's parameters stay on the host with the loss."""
 
     TABLE = "E"  # the cell's embedding table: its gradient is a `RowGrad`
 
@@ -166,9 +168,13 @@ class RecjitCudaStep(RecjitStep):
             name: self.values[begin:end].reshape(self.params[name].shape)
             for name, (begin, end) in self.spans.items()})
         self.dense = self.spans[self.TABLE][0]  # the dense parameters' elements, first
-        self.dense_gradient = np.empty(self.dense, flat.dtype)
+        self.dense_gradient = cuda.pinned_array(self.dense, flat.dtype)
+        self.dense_on_device = cuda.device_array(self.dense, flat.dtype)
         begin, end = self.spans[self.TABLE]
         shape = self.params[self.TABLE].shape
+        self.rows = (cuda.pinned_array(shape[0], np.int64), cuda.device_array(shape[0], np.int64))
+        self.row_gradients = (cuda.pinned_array(shape, flat.dtype),
+                              cuda.device_array(shape, flat.dtype))
         self.dense_views = (self.values[:self.dense], self.sums[:self.dense])
         self.table_views = (self.values[begin:end].reshape(shape),
                             self.sums[begin:end].reshape(shape))
@@ -181,13 +187,20 @@ class RecjitCudaStep(RecjitStep):
             if name != self.TABLE:
                 self.dense_gradient[begin:end] = np.ravel(getattr(gradients, name))
         if self.dense:
+            self.dense_on_device.copy_to_device(self.dense_gradient)
             adagrad_on_device[-(-self.dense // 256), 256](
-                *self.dense_views, cuda.to_device(self.dense_gradient), LR, EPSILON)
+                *self.dense_views, self.dense_on_device, LR, EPSILON)
         table = getattr(gradients, self.TABLE)
-        if table.values.size:
+        count = table.indices.size
+        if count:
+            for (pinned, on_device), values in zip((self.rows, self.row_gradients),
+                                                   (table.indices, table.values)):
+                pinned[:count] = values
+                on_device[:count].copy_to_device(pinned[:count])
             adagrad_rows_on_device[-(-table.values.size // 256), 256](
-                *self.table_views, cuda.to_device(table.indices),
-                cuda.to_device(table.values), EMBEDDING_LR, EPSILON)
+                *self.table_views, *(on_device for _, on_device in (self.rows,
+                                                                    self.row_gradients)),
+                count, EMBEDDING_LR, EPSILON)
 
 
 @cuda.jit
@@ -199,11 +212,12 @@ def adagrad_on_device(value, squares, gradient, lr, epsilon):
 
 
 @cuda.jit
-def adagrad_rows_on_device(value, squares, rows, gradient, lr, epsilon):
-    """Adagrad on the rows `rows` of a table in GPU memory, `gradient` a row each."""
+def adagrad_rows_on_device(value, squares, rows, gradient, count, lr, epsilon):
+    """Adagrad on the first `count` rows `rows` of a table in GPU memory, `gradient` a row
+    each."""
     index = cuda.grid(1)
     width = value.shape[1]
-    if index < rows.size * width:
+    if index < count * width:
         row, column = index // width, index % width
         adagrad_element(value, squares, (rows[row], column), gradient[row, column], lr,
                         epsilon)

@@ -493,7 +493,8 @@ class RecursiveModel:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, p,
                                 analysis.usage.context, backward, kept,
-                                parameter_guards(cell, p, linearized.fields))
+                                parameter_guards(cell, p, linearized.fields,
+                                                 device_guard(backend)))
 
     def _training_schedule(self, schedule):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
@@ -820,6 +821,15 @@ def backward_kernel(key, kernel, schedule, dtype):
         return CpuBackward(kernel, fast_math, schedule.pack_from_nodes, schedule.row_block)
     from .codegen_cuda.backward import CudaBackward
     return CudaBackward(kernel, fast_math, schedule, _weight_shapes(parameters))
+
+
+def device_guard(backend):
+    """What keeps a vjp's GPU parameters on the device for its pullback to compare
+    (`parameter_guards`): None on the CPU, where every parameter is on the host."""
+    if backend == "cpu":
+        return None
+    from .codegen_cuda.snapshot import DeviceValues
+    return DeviceValues
 
 
 def backend_barriers(backend, variants, schedule, parameters):

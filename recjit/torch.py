@@ -174,8 +174,8 @@ class _RecursiveFunction(torch.autograd.Function):
 def _check_unchanged(ctx):
     """Refuse a backward whose inputs changed in place since the forward (an optimizer's
     step first), as autograd refuses it for the tensors it saves: torch counts each
-    tensor's in-place changes (`_version`), on the GPU too, where the pullback's own check
-    of host parameters does not reach."""
+    tensor's in-place changes (`_version`), on the GPU too, fields and context included,
+    which the pullback's own check of the parameters' values does not cover."""
     for kind, name, tensor, version in ctx.versions:
         if tensor._version != version:
             raise InputError(f"{kind} {name!r} changed in place after the forward: its "

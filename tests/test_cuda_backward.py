@@ -116,24 +116,26 @@ def device_calls(monkeypatch):
 def test_a_gpu_pullback_allocates_once_and_copies_back_once(monkeypatch):
     """Its states and cotangents go up with the forest's arrays, in the upload kept from the
     first pullback; its outputs are views of one allocation, copied back in one copy (the
-    parameters are on the device)."""
+    parameters are on the device), and the check of those parameters copies back its flags
+    in another."""
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2).to_device()
     out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
     roots = cotangents([state.shape for state in out.roots], 3)
     first = pullback(roots=roots)
     calls = device_calls(monkeypatch)
     again = pullback(roots=roots)
-    assert sorted(calls) == ["allocation", "copy back"]
+    assert sorted(calls) == ["allocation", "copy back", "copy back"]
     assert_same_gradients(again, first)
 
 
 def test_a_gpu_vjps_kept_products_are_views_of_one_allocation(monkeypatch):
+    """And its copies of the device parameters, which its pullback compares, of another."""
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2).to_device()
     tree_lstm.vjp(FOREST, p, backend="cuda")
     calls = device_calls(monkeypatch)
     _, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
     assert len(pullback.kept) > 1
-    assert calls.count("allocation") == 1
+    assert calls.count("allocation") == 2
 
 
 def test_a_gpu_pullback_reads_parameters_kept_on_the_device_without_a_copy(monkeypatch):
@@ -255,3 +257,43 @@ def test_the_gpus_backward_sums_the_leaves_by_word_as_the_cpus(per_tree):
         forest, p, backend="cuda", grad=True)
     assert_same_gradients(*gradients_on_both(child_sum_tree_lstm, forest, p, 3,
                                              per_tree=per_tree))
+
+
+@pytest.mark.parametrize("name, rows", [("U_iou", slice(None)), ("E", 1)],
+                         ids=["a weight", "a gathered row"])
+def test_a_gpu_pullback_after_its_device_parameters_changed_in_place_is_refused_naming_it(
+        name, rows):
+    """An optimizer's step on the device between vjp and a pullback would otherwise give a
+    gradient mixing the new parameters with the forward's states."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 6).to_device()
+    out, pullback = tree_lstm.vjp(forest, p, backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 5)
+    pullback(roots=roots)
+    updated = getattr(p, name).copy_to_host()
+    updated[rows] += 1
+    getattr(p, name).copy_to_device(updated)
+    with pytest.raises(rj.InputError, match=f"parameter '{name}' changed in place after vjp"):
+        pullback(roots=roots)
+
+
+def test_a_gpu_pullback_takes_a_change_to_device_rows_its_forest_does_not_gather():
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 7).to_device()
+    out, pullback = tree_lstm.vjp(forest, p, backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 6)
+    before = pullback(roots=roots)
+    table = p.E.copy_to_host()
+    table[VOCAB - 1] += 1
+    p.E.copy_to_device(table)
+    assert_same_gradients(pullback(roots=roots), before)
+
+
+def test_a_gpu_pullback_compares_its_parameters_bit_for_bit():
+    """A NaN parameter the forward read is the same NaN at the pullback: not a change."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 8)
+    p.b_iou[0] = np.nan
+    out, pullback = tree_lstm.vjp(forest, p.to_device(), backend="cuda")
+    gradients = pullback(roots=cotangents([state.shape for state in out.roots], 7))
+    assert np.shape(gradients.params.b_iou) == p.b_iou.shape

@@ -15,7 +15,7 @@ from ..frontend.cell_ir import attribute
 from ..lowering.arguments import leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
-from ..params import is_weak, params_on_host
+from ..params import is_weak, on_device as on_gpu_memory, params_on_host
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
 
@@ -30,8 +30,8 @@ class Pullback:
     infinite cotangents first. It may be called any number of times, or never. `compiled`:
     the backward kernel (`codegen_cpu.CpuBackward`, `codegen_cuda.CudaBackward`), or None
     to interpret the adjoint; `params`: as the kernel reads them (the GPU's: where they lie,
-    without a copy); `guards`: the `ForwardValues` it checks them against before each call
-    (`parameter_guards`); `kept`: the products the forward kept for it, by name
+    without a copy); `guards`: what it checks them against before each call, the host's
+    and the GPU's (`parameter_guards`); `kept`: the products the forward kept for it, by name
     (`Schedule(remat=False)`)."""
 
     def __init__(self, cell, adjoints, linearized, states, params, context, compiled=None,
@@ -60,7 +60,12 @@ class Pullback:
         """The `Sink` that the backward pass for these cotangents filled."""
         per_tree = checked_flag("per_tree", per_tree)
         for guard in self.guards:
-            guard.check(getattr(self.params, guard.name))
+            for name, gathered in guard.changed(self.params):
+                raise InputError(f"parameter {name!r} changed in place after vjp"
+                                 + (", in rows its forest gathers" if gathered else "")
+                                 + ": a pullback computes the gradient at the forward's "
+                                 "parameters, so call it before updating them, or call vjp "
+                                 "again")
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         trees = tree_of_nodes(self.linearized) if per_tree else None
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
@@ -350,27 +355,35 @@ def only_gathered_tables(cell):
     return {table for _, table, _ in cell.gathers} - multiplied
 
 
-def parameter_guards(cell, params, fields):
-    """What a pullback checks before each call: the parameters on the host as the forward
-    read them. A training loop may update its parameters in place before a pullback is
-    called (a second pullback of one vjp, or two vjps before their pullbacks), and a
-    pullback that read the updated ones would mix them with the forward's states: a
-    gradient at no point. The kernel reads the arrays themselves (warm from the forward);
-    a copy of each is compared first, but of a table the cell only gathers from, which may
-    be large (an embedding), only the rows its forest gathers. Arrays on the GPU are not
-    checked (docs/training.md)."""
+def parameter_guards(cell, params, fields, on_device=None):
+    """What a pullback checks before each call: the parameters as the forward read them. A
+    training loop may update its parameters in place before a pullback is called (a second
+    pullback of one vjp, or two vjps before their pullbacks), and a pullback that read the
+    updated ones would mix them with the forward's states: a gradient at no point. The
+    kernel reads the arrays themselves (warm from the forward); a copy of each is compared
+    first, but of a table the cell only gathers from, which may be large (an embedding),
+    only the rows its forest gathers. Host arrays are copied here (`ForwardValues`); GPU
+    arrays ({name: (array, rows)}) by `on_device`, the GPU backward's guard
+    (`codegen_cuda.snapshot.DeviceValues`), on the device. Each guard's `changed(params)`
+    lists the parameters that differ, and whether only their gathered rows were compared."""
     tables = only_gathered_tables(cell)
-    guards = []
+    guards, on_gpu = [], {}
     for name in params.names():
         value = getattr(params, name)
-        if not isinstance(value, np.ndarray):
+        on_host = isinstance(value, np.ndarray)
+        if not on_host and (on_device is None or not on_gpu_memory(value)):
             continue
         rows = None
         if name in tables:
             indices = np.concatenate([np.ravel(fields[field]) for _, table, field in cell.gathers
                                       if table == name])
             rows = np.unique(indices[indices >= 0])
-        guards.append(ForwardValues(name, value, rows))
+        if on_host:
+            guards.append(ForwardValues(name, value, rows))
+        else:
+            on_gpu[name] = (value, rows)
+    if on_gpu:
+        guards.append(on_device(on_gpu))
     return tuple(guards)
 
 
@@ -381,14 +394,14 @@ class ForwardValues:
         self.name, self.rows = name, rows
         self.values = values.copy() if rows is None else values[rows]
 
-    def check(self, values):
-        """Refuse a pullback whose parameter changed since its forward."""
+    def changed(self, params):
+        """[(its name, whether only gathered rows were compared)] if it changed since its
+        forward, else []."""
+        values = getattr(params, self.name)
         now = values if self.rows is None else values[self.rows]
-        if not np.array_equal(_bits(now), _bits(self.values)):
-            raise InputError(f"parameter {self.name!r} changed in place after vjp"
-                             + (", in rows its forest gathers" if self.rows is not None else "")
-                             + ": a pullback computes the gradient at the forward's parameters, "
-                             "so call it before updating them, or call vjp again")
+        if np.array_equal(_bits(now), _bits(self.values)):
+            return []
+        return [(self.name, self.rows is not None)]
 
 
 def _bits(values):

@@ -19,9 +19,10 @@ stands for (`spread`). Inside a block, each warp computes one node's products wi
 rows at a time (`multiply_direct`); in numba's simulator, which has no warp shuffles, each
 thread does.
 
-A product of more nodes than the block's warps take in one turn is *staged* (`multiply`): the
-block copies a tile of the nodes' inputs into shared memory, all threads at once, and its warps
-multiply from there. Read directly, every warp waits on L2 for its node's inputs, one node
+Under `Schedule(stage_products=True)` (off by default: slower on an H200), a product of more
+nodes than the block's warps take in one turn is *staged* (`multiply`): the block copies a
+tile of the nodes' inputs into shared memory, all threads at once, and its warps multiply
+from there. Read directly, every warp waits on L2 for its node's inputs, one node
 after another, and every block asks for the same rows at the same time; an H100 ran such a
 product of 1024 nodes at a ninth of cuBLAS's rate (tools/gpu_products.py). Each block starts
 at a tile of its own, so that the grid's reads spread over the rows. Where each block can
@@ -522,3 +523,15 @@ def gather_rows(source, order, out, rows):
     columns = out.shape[1]
     for item in range(cuda.grid(1), rows * columns, cuda.gridsize(1)):
         out[item // columns, item % columns] = source[order[item // columns], item % columns]
+
+
+@cuda.jit(**BOUNDED)
+def rows_differ(values, rows, kept, flags, slot, mark):
+    """flags[slot] = mark if row rows[i] of `values` differs from row i of `kept` anywhere,
+    for i < len(rows) (both seen as unsigned integers, so that a NaN equals itself): a GPU
+    parameter changed in place since a vjp's forward read it (`snapshot.py`). A new `mark`
+    each check, so that the flags need no clearing."""
+    columns = kept.shape[1]
+    for item in range(cuda.grid(1), rows.size * columns, cuda.gridsize(1)):
+        if values[rows[item // columns], item % columns] != kept[item // columns, item % columns]:
+            flags[slot] = mark

@@ -39,8 +39,8 @@ class Schedule:
     - `stage_products` (CUDA, fused; off by default): a product of more nodes than a block's
       warps take at once stages their inputs through shared memory, a tile of nodes at a
       time, instead of each warp reading its node's from global memory (`runtime.multiply`);
-      `False`: every product reads them directly. Off because two H200 runs measured every
-      zoo model faster without it at ten trees, and all but TreeFC at one.
+      `False`: every product reads them directly. Off by default: an H200 ran every model
+      measured faster without it (benchmarks/README.md).
     - `row_groups` (CUDA, fused): the products of a weight (not split by units) with rows
       for at most half the blocks at four a block are split over the grid in groups of four
       rows, each group's nodes in ranges over the blocks that share it

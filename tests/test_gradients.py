@@ -2,6 +2,8 @@
 float fields, context arguments) equals central finite differences of the plain recursion,
 in float64 (`conftest.assert_gradients_are_differences`), for every model of the zoo and the
 examples, on generated forests and random cotangents on roots and nodes."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -159,6 +161,29 @@ def test_a_pullback_after_its_parameters_changed_in_place_is_refused_naming_it(n
     getattr(p, name)[rows] += 1
     with pytest.raises(rj.InputError, match=f"parameter '{name}' changed in place after vjp"):
         pullback(roots=(np.ones_like(out.roots[0]), None))
+
+
+def test_a_pullback_after_a_context_argument_changed_in_place_is_refused_naming_it():
+    """A context array is read as a parameter: changed between vjp and a pullback, it would
+    mix with the forward's states as a parameter would."""
+    rng = np.random.default_rng(4)
+    p = rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, HIDDEN)))
+    floor = rng.normal(size=HIDDEN) * 0.3
+    out, pullback = kinked.vjp(rj.Forest.from_nested([((0, 1), 2)]), p, context=(floor,))
+    floor *= 2
+    with pytest.raises(rj.InputError,
+                       match="context argument 'floor' changed in place after vjp"):
+        pullback(roots=np.ones_like(out.roots[0]))
+
+
+def test_vjp_takes_parameters_as_any_object_of_arrays():
+    """As `run` does (docs/cell_language.md): a namespace's attributes are the parameters."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=3)
+    namespace = SimpleNamespace(**{name: getattr(p, name) for name in p.names()})
+    roots = np.ones((1, HIDDEN))
+    assert_same_gradients(tree_rnn.vjp(forest, namespace)[1](roots=roots),
+                          tree_rnn.vjp(forest, p)[1](roots=roots))
 
 
 def test_a_pullback_takes_a_change_to_rows_its_forest_does_not_gather():

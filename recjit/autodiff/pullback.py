@@ -15,7 +15,7 @@ from ..frontend.cell_ir import attribute
 from ..lowering.arguments import leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
-from ..params import is_weak, on_device as on_gpu_memory, params_on_host
+from ..params import described, is_weak, on_device as on_gpu_memory, params_on_host
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
 
@@ -61,10 +61,10 @@ class Pullback:
         per_tree = checked_flag("per_tree", per_tree)
         for guard in self.guards:
             for name, gathered in guard.changed(self.params):
-                raise InputError(f"parameter {name!r} changed in place after vjp"
+                raise InputError(f"{described(self.params, name)} changed in place after vjp"
                                  + (", in rows its forest gathers" if gathered else "")
-                                 + ": a pullback computes the gradient at the forward's "
-                                 "parameters, so call it before updating them, or call vjp "
+                                 + ": a pullback computes the gradient at the values its "
+                                 "forward read, so call it before updating them, or call vjp "
                                  "again")
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         trees = tree_of_nodes(self.linearized) if per_tree else None
@@ -356,7 +356,8 @@ def only_gathered_tables(cell):
 
 
 def parameter_guards(cell, params, fields, on_device=None):
-    """What a pullback checks before each call: the parameters as the forward read them. A
+    """What a pullback checks before each call: the parameters (and the context arguments,
+    which the kernels read as parameters) as the forward read them. A
     training loop may update its parameters in place before a pullback is called (a second
     pullback of one vjp, or two vjps before their pullbacks), and a pullback that read the
     updated ones would mix them with the forward's states: a gradient at no point. The
@@ -368,7 +369,7 @@ def parameter_guards(cell, params, fields, on_device=None):
     lists the parameters that differ, and whether only their gathered rows were compared."""
     tables = only_gathered_tables(cell)
     guards, on_gpu = [], {}
-    for name in params.names():
+    for name in cell.parameters:
         value = getattr(params, name)
         on_host = isinstance(value, np.ndarray)
         if not on_host and (on_device is None or not on_gpu_memory(value)):

@@ -555,9 +555,11 @@ class RecursiveModel:
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
         cell = self._cell_for(analysis, forest, bound)
-        if not isinstance(output, int) or not 0 <= output < len(cell.state_shapes):
+        if (isinstance(output, (bool, np.bool_)) or not isinstance(output, (int, np.integer))
+                or not 0 <= output < len(cell.state_shapes)):  # True is an int to Python
             raise InputError(f"output must be a state component, 0 to "
                              f"{len(cell.state_shapes) - 1}, not {output!r}")
+        output = int(output)
         gathered = any(table == wrt for _, table, _ in cell.gathers)
         if not gathered and not (wrt in cell.fields
                                  and np.dtype(cell.fields[wrt][1]).kind == "f"):

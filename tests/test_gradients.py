@@ -374,6 +374,22 @@ def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
         tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")
 
 
+@pytest.mark.parametrize("output", [True, 2, 1.0, "c"])
+def test_a_jacobians_output_that_is_not_a_state_component_is_refused(output):
+    """True would be component 1 to Python."""
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.InputError, match="output must be a state component, 0 to 1"):
+        tree_lstm.jacobian(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"), wrt="E",
+                           output=output)
+
+
+def test_a_jacobians_output_may_be_a_numpy_integer():
+    forest = rj.Forest.from_nested([(0, 1)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2)
+    np.testing.assert_array_equal(tree_lstm.jacobian(forest, p, wrt="E", output=np.int64(1)),
+                                  tree_lstm.jacobian(forest, p, wrt="E", output=1))
+
+
 def pullback_and_cotangents(model, forest, p, seed):
     out, pullback = model.vjp(forest, p)
     roots = cotangents([state.shape for state in out.roots], seed)

@@ -11,6 +11,7 @@ CPU tensors go in and come out without a copy (NumPy views of the same memory); 
 through `__cuda_array_interface__`, and the states and gradients come back as tensors on
 that device, through the host. A second derivative, which the pullback does not have, is
 refused."""
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,17 +43,14 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     `nn.Embedding(sparse=True)` gives), not a dense one. `backend`: "cpu" (None) or "cuda",
     where `model.vjp` computes: with CPU tensors, the CPU unless told; with CUDA tensors, the
     GPU."""
-    if backend not in (None, "cpu", "cuda"):
-        raise RecJitError(f"recjit.torch computes with backend='cpu' or backend='cuda', not "
-                          f"backend={backend!r}")
+    _check_backend(backend)
     if not isinstance(forest, Forest):
         raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
+    if not isinstance(params, Mapping):
+        raise InputError(f"params must be a dict {{name: tensor or number}}, not "
+                         f"{type(params).__name__}")
     names = sorted(params)
-    sparse = _sparse_names(sparse)
-    for name in sparse:
-        if name not in params:
-            raise InputError(f"sparse names {name!r}, which is not among the parameters "
-                             f"passed: {', '.join(names)}")
+    sparse = _checked_sparse(sparse, names)
     fields = dict(fields or {})
     inputs = ([("parameter", name, params[name]) for name in names]
               + [("field", name, fields[name]) for name in sorted(fields)]
@@ -66,13 +64,23 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
 
 
-def _sparse_names(sparse):
-    """`sparse` as a tuple of names: one name may be given as a string."""
-    names = (sparse,) if isinstance(sparse, str) else tuple(sparse)
-    for name in names:
+def _check_backend(backend):
+    if backend not in (None, "cpu", "cuda"):
+        raise RecJitError(f"recjit.torch computes with backend='cpu' or backend='cuda', not "
+                          f"backend={backend!r}")
+
+
+def _checked_sparse(sparse, names):
+    """`sparse` as a tuple of names among the parameters' `names`: one name may be given as
+    a string."""
+    sparse = (sparse,) if isinstance(sparse, str) else tuple(sparse)
+    for name in sparse:
         if not isinstance(name, str):
             raise InputError(f"sparse takes the names of tables, not {name!r}")
-    return names
+        if name not in names:
+            raise InputError(f"sparse names {name!r}, which is not among the parameters "
+                             f"passed: {', '.join(names)}")
+    return sparse
 
 
 def _device_of(inputs, backend):
@@ -224,11 +232,15 @@ class Module(torch.nn.Module):
 
     def __init__(self, model, sparse=(), backend=None, **initial):
         super().__init__()
+        _check_backend(backend)
         self.model = model
-        self.sparse = _sparse_names(sparse)
+        self.sparse = _checked_sparse(sparse, sorted(initial))
         self.backend = backend
         for name, value in initial.items():
-            self.register_parameter(name, torch.nn.Parameter(torch.tensor(np.asarray(value))))
+            array = np.asarray(value)
+            if array.dtype.kind not in "fiu":
+                raise InputError(f"initial parameter {name!r} holds {array.dtype}, not numbers")
+            self.register_parameter(name, torch.nn.Parameter(torch.tensor(array)))
 
     def forward(self, forest, fields=None, context=()):
         return apply(self.model, forest, dict(self.named_parameters()), fields, context,

@@ -72,10 +72,15 @@ def test_one_sparse_table_may_be_named_by_a_string():
 
 
 def test_a_sparse_name_that_is_not_a_parameter_is_refused_naming_it():
+    """By the module as it is made, and by `apply` at its call."""
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
     with pytest.raises(rj.InputError, match="sparse names 'Ee', which is not among the "
                                             "parameters"):
-        module(sparse=("Ee",))(forest)
+        module(sparse=("Ee",))
+    with pytest.raises(rj.InputError, match="sparse names 'Ee', which is not among the "
+                                            "parameters"):
+        rj.torch.apply(child_sum_tree_lstm, forest, dict(module().named_parameters()),
+                       sparse="Ee")
 
 
 def test_a_sparse_name_of_a_multiplied_parameter_is_refused_naming_it():
@@ -222,6 +227,24 @@ def test_a_parameter_that_does_not_fit_the_cell_is_refused_naming_it(change, mes
     params = {name: value.detach() for name, value in module().named_parameters()}
     with pytest.raises(rj.RecJitError, match=message):
         rj.torch.apply(child_sum_tree_lstm, forest, change(params))
+
+
+def test_parameters_not_given_by_name_are_refused():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    with pytest.raises(rj.InputError, match="params must be a dict"):
+        rj.torch.apply(child_sum_tree_lstm, forest, list(module().parameters()))
+
+
+def test_a_modules_initial_parameter_that_is_not_numbers_is_refused_naming_it():
+    initial = vars(tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
+    with pytest.raises(rj.InputError, match="initial parameter 'E' holds <U3, not numbers"):
+        rj.torch.Module(child_sum_tree_lstm, **{**initial, "E": "abc"})
+
+
+def test_a_modules_unknown_backend_is_refused_as_it_is_made():
+    with pytest.raises(rj.RecJitError, match="not backend='tpu'"):
+        rj.torch.Module(child_sum_tree_lstm, backend="tpu",
+                        **vars(tree_lstm_params(HIDDEN, VOCAB, "float64", 0)))
 
 
 def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():

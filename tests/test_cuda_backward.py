@@ -13,7 +13,7 @@ from recjit.codegen_cuda import device
 from recjit.lowering.backward import gradient_sums
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
-from conftest import cotangents, seeds
+from conftest import cotangents, scaled_rnn, seeds
 from conftest import assert_same_gradients
 from test_gradients import HIDDEN, VOCAB, ZOO, fielded, fielded_params
 
@@ -297,3 +297,15 @@ def test_a_gpu_pullback_compares_its_parameters_bit_for_bit():
     out, pullback = tree_lstm.vjp(forest, p.to_device(), backend="cuda")
     gradients = pullback(roots=cotangents([state.shape for state in out.roots], 7))
     assert np.shape(gradients.params.b_iou) == p.b_iou.shape
+
+
+def test_a_gpu_pullback_after_a_scalar_device_parameter_changed_is_refused_naming_it():
+    """A Python number on the device (`Params.to_device()`) is an array of no dimensions."""
+    rng = np.random.default_rng(9)
+    p = rj.Params(E=rng.normal(size=(VOCAB, HIDDEN)), W=rng.normal(size=(HIDDEN, HIDDEN)) / 2,
+                  alpha=0.7).to_device()
+    out, pullback = scaled_rnn.vjp(rj.Forest.from_nested([((0, 1), 2)]), p, backend="cuda")
+    alpha = p.alpha.copy_to_host()
+    p.alpha.copy_to_device(alpha + 1)
+    with pytest.raises(rj.InputError, match="parameter 'alpha' changed in place after vjp"):
+        pullback(roots=np.ones_like(out.roots[0]))

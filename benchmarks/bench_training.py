@@ -115,9 +115,12 @@ class RecjitStep:
         probabilities[rows, labels] -= 1  # d loss / d logits
         return loss, probabilities
 
+    DEVICE_OUTPUT = False  # whether the pullback leaves its dense gradients on the GPU
+
     def __call__(self, forest):
         loss, h, d_logits, pullback = self.loss_and_pullback(forest)
-        gradients = pullback(nodes=(d_logits @ self.W_out, None))
+        gradients = pullback(nodes=(d_logits @ self.W_out, None),
+                             device_output=self.DEVICE_OUTPUT)
         self.adagrad(self.W_out, self.squares_out[0], d_logits.T @ h, LR)
         self.adagrad(self.b_out, self.squares_out[1], d_logits.sum(axis=0), LR)
         self.update_cell(gradients.params)
@@ -149,11 +152,13 @@ class RecjitCudaStep(RecjitStep):
     """`RecjitStep` on the GPU as a GPU training loop keeps it: the cell's parameters in one
     flat buffer in GPU memory, the embedding table's after the others', viewed as
     `rj.DeviceParams` that the forward and the backward read without a copy, and Adagrad's
-    sums in another. A step uploads the dense gradients in one copy and updates them in one
-    launch, as PyTorch's multi-tensor Adagrad does, and the table's rows in another, each
-    copy from pinned host memory into device memory allocated once, not through
-    `cuda.to_device`, which allocates, copies from pageable memory and frees at each call.
-    The classifier's parameters stay on the host with the loss."""
+    sums in another. The pullback leaves the dense gradients on the device
+    (`device_output=True`); a step copies them into one flat buffer there and updates them in
+    one launch, as PyTorch's multi-tensor Adagrad does, and the table's rows, which come
+    to the host as a `RowGrad`, in another, copied up from pinned host memory into device
+    memory allocated once. The classifier's parameters stay on the host with the loss."""
+
+    DEVICE_OUTPUT = True
 
     TABLE = "E"  # the cell's embedding table: its gradient is a `RowGrad`
 
@@ -168,8 +173,10 @@ class RecjitCudaStep(RecjitStep):
             name: self.values[begin:end].reshape(self.params[name].shape)
             for name, (begin, end) in self.spans.items()})
         self.dense = self.spans[self.TABLE][0]  # the dense parameters' elements, first
-        self.dense_gradient = cuda.pinned_array(self.dense, flat.dtype)
-        self.dense_on_device = cuda.device_array(self.dense, flat.dtype)
+        self.dense_gradient = cuda.device_array(self.dense, flat.dtype)
+        self.dense_gradients = {  # each parameter's part of the flat gradient buffer
+            name: self.dense_gradient[begin:end].reshape(self.params[name].shape)
+            for name, (begin, end) in self.spans.items() if name != self.TABLE}
         begin, end = self.spans[self.TABLE]
         shape = self.params[self.TABLE].shape
         self.rows = (cuda.pinned_array(shape[0], np.int64), cuda.device_array(shape[0], np.int64))
@@ -183,13 +190,11 @@ class RecjitCudaStep(RecjitStep):
         return self.on_device
 
     def update_cell(self, gradients):
-        for name, (begin, end) in self.spans.items():
-            if name != self.TABLE:
-                self.dense_gradient[begin:end] = np.ravel(getattr(gradients, name))
+        for name, part in self.dense_gradients.items():
+            part.copy_to_device(getattr(gradients, name))
         if self.dense:
-            self.dense_on_device.copy_to_device(self.dense_gradient)
             adagrad_on_device[-(-self.dense // 256), 256](
-                *self.dense_views, self.dense_on_device, LR, EPSILON)
+                *self.dense_views, self.dense_gradient, LR, EPSILON)
         table = getattr(gradients, self.TABLE)
         count = table.indices.size
         if count:

@@ -309,3 +309,58 @@ def test_a_gpu_pullback_after_a_scalar_device_parameter_changed_is_refused_namin
     p.alpha.copy_to_device(alpha + 1)
     with pytest.raises(rj.InputError, match="parameter 'alpha' changed in place after vjp"):
         pullback(roots=np.ones_like(out.roots[0]))
+
+
+def test_a_gpu_pullback_leaves_the_dense_gradients_on_the_device_when_asked():
+    """The kernel's sums are not copied back; a gathered table's rows and a field's gradient
+    are the host's, as without the option."""
+    forest = with_field_x(FOREST, np.random.default_rng(3).standard_normal((FOREST.num_nodes,
+                                                                             2)))
+    out, pullback = fielded.vjp(forest, fielded_params(3).to_device(), backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 8)[0]
+    on_host, on_device = pullback(roots=roots), pullback(roots=roots, device_output=True)
+    for name in ("W", "U"):
+        gradient = getattr(on_device.params, name)
+        assert not isinstance(gradient, np.ndarray)
+        np.testing.assert_allclose(gradient.copy_to_host(), getattr(on_host.params, name),
+                                   rtol=1e-12, atol=1e-12)
+    assert isinstance(on_device.params.E, rj.RowGrad)
+    np.testing.assert_array_equal(on_device.params.E.values, on_host.params.E.values)
+    np.testing.assert_array_equal(on_device.fields["x"], on_host.fields["x"])
+
+
+DEVICE_GRADIENT_MODELS = {
+    "tree_lstm": (tree_lstm, tree_lstm_params, FOREST),
+    "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params,
+                            rj.Forest.from_nested([((1, 2, 3), 4), (0, (1, 5))])),
+    "dag_rnn": (dag_rnn, lambda hidden, vocab, dtype, seed: dag_rnn_params(
+        hidden, dtype=dtype, seed=seed), grids(2, HIDDEN, 2, 3, dtype="float64", seed=1))}
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_GRADIENT_MODELS))
+def test_device_gradients_are_the_hosts(name):
+    """Parameters with several sums (a binary TreeLSTM's U_f, one a child) and parts summed
+    on the host (its b_f) come together on the device."""
+    model, make, forest = DEVICE_GRADIENT_MODELS[name]
+    out, pullback = model.vjp(forest, make(HIDDEN, VOCAB, "float64", 4), backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 9)
+    roots = roots[0] if len(roots) == 1 else roots
+    on_host, on_device = pullback(roots=roots), pullback(roots=roots, device_output=True)
+    for parameter, expected in vars(on_host.params).items():
+        got = getattr(on_device.params, parameter)
+        if isinstance(expected, rj.RowGrad):
+            np.testing.assert_array_equal(got.values, expected.values)
+        else:
+            np.testing.assert_allclose(got.copy_to_host(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_device_output_is_refused_where_the_gradients_are_not_the_gpus():
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 6)
+    out, on_cpu = tree_lstm.vjp(forest, p)
+    roots = (np.ones_like(out.roots[0]), None)
+    with pytest.raises(rj.RecJitError, match="device_output=True asks for gradients on the GPU"):
+        on_cpu(roots=roots, device_output=True)
+    _, on_gpu = tree_lstm.vjp(forest, p, backend="cuda")
+    with pytest.raises(rj.RecJitError, match=r"\(per_tree=False\)"):
+        on_gpu(roots=roots, per_tree=True, device_output=True)

@@ -99,7 +99,8 @@ def phased_step(step, forest, laps, kernels, kernel_times):
     h = out.nodes[0]
     _, probabilities = step.loss(forest, h)
     lap("loss (host)")
-    gradients = pullback(nodes=(probabilities @ step.W_out, None))
+    gradients = pullback(nodes=(probabilities @ step.W_out, None),
+                         device_output=step.DEVICE_OUTPUT)
     lap("pullback")
     kernels["backward's kernel"].append(kernel_times.take())
     step.adagrad(step.W_out, step.squares_out[0], probabilities.T @ h, LR)

@@ -27,7 +27,10 @@ class Pullback:
     missing or None component is zero. `per_tree`: every parameter's (and context
     argument's) gradient gets a leading axis over the forest's roots, each tree's own, from
     the same one pass (a gathered table: a `RowGrad` a tree). `check_finite`: refuse NaN and
-    infinite cotangents first. It may be called any number of times, or never. `compiled`:
+    infinite cotangents first. `device_output` (a vjp's on the GPU, whole gradients): the
+    dense gradients are device arrays, the kernel's sums never copied back (a gathered
+    table's `RowGrad`, the fields' gradients and a Python number's stay on the host). It
+    may be called any number of times, or never. `compiled`:
     the backward kernel (`codegen_cpu.CpuBackward`, `codegen_cuda.CudaBackward`), or None
     to interpret the adjoint; `params`: as the kernel reads them (the GPU's: where they lie,
     without a copy); `guards`: what it checks them against before each call, the host's
@@ -53,12 +56,24 @@ class Pullback:
         return Pullback(self.cell, self.adjoints, self.linearized, self.states, self.params,
                         self.context, guards=self.guards)
 
-    def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False):
-        return self.backward(roots, nodes, per_tree, check_finite).gradients(self.context)
+    def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False,
+                 device_output=False):
+        return self.backward(roots, nodes, per_tree, check_finite,
+                             device_output).gradients(self.context)
 
-    def backward(self, roots=None, nodes=None, per_tree=False, check_finite=False):
+    def backward(self, roots=None, nodes=None, per_tree=False, check_finite=False,
+                 device_output=False):
         """The `Sink` that the backward pass for these cotangents filled."""
         per_tree = checked_flag("per_tree", per_tree)
+        on_device = None
+        if checked_flag("device_output", device_output):
+            device_gradients = getattr(self.compiled, "device_gradients", None)
+            if device_gradients is None or per_tree:
+                raise RecJitError("device_output=True asks for gradients on the GPU: the "
+                                  "pullback of a vjp(backend='cuda') whose backward compiled "
+                                  "gives them, for gradients summed over the forest "
+                                  "(per_tree=False)")
+            on_device = device_gradients()
         for guard in self.guards:
             for name, gathered in guard.changed(self.params):
                 raise InputError(f"{described(self.params, name)} changed in place after vjp"
@@ -68,13 +83,15 @@ class Pullback:
                                  "again")
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         trees = tree_of_nodes(self.linearized) if per_tree else None
-        sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees)
+        sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees, on_device)
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
             return sink
         if self.compiled is not None:
             groups = leaf_groups(self.compiled.kernel, self.linearized, trees)
+            options = {"sums_on_device": True} if on_device is not None else {}
             self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
-                                      self.kept, whole=trees is None, groups=groups),
+                                      self.kept, whole=trees is None, groups=groups,
+                                      **options),
                         sink, groups)
             return sink
         linearized = self.linearized
@@ -97,7 +114,7 @@ class Pullback:
         summed = set()
         if sink.trees is None:
             for total in gradient_sums(kernel):
-                sink.add(total.parameter, arrays[total.total])
+                sink.add_summed(total.parameter, arrays[total.total])
                 summed.update(total.summed)
         internal = np.arange(linearized.leaf_begin)
         nodes_of = {RowsOf.INTERNAL: internal,
@@ -208,14 +225,18 @@ def tree_of_nodes(linearized):
 class Sink:
     """Where the adjoint's effects go: each parameter's gradient, each table's gathered rows
     and their gradients, each float field's gradient per node (the linearized numbering).
-    `trees`: the tree of every node, for gradients per tree (None: summed over the forest)."""
+    `trees`: the tree of every node, for gradients per tree (None: summed over the forest).
+    `on_device`: puts the dense gradients together on the GPU (`DeviceGradients`), from the
+    kernel's sums left there and the host's parts; None: all on the host."""
 
-    def __init__(self, cell, params, linearized, dtype, trees=None):
+    def __init__(self, cell, params, linearized, dtype, trees=None, on_device=None):
         self.cell = cell
         self.params = params
         self.linearized = linearized
         self.dtype = dtype
         self.trees = trees
+        self.on_device = on_device
+        self.device_parts = {}  # {parameter: the kernel's sums of it, on the device}
         self.dense = {}
         self.table_rows = {}
         self.grouped_tables = set()  # whose rows are sums over groups of leaves
@@ -261,6 +282,13 @@ class Sink:
     def add(self, name, total):
         held = self.dense.get(name)
         self.dense[name] = total if held is None else held + total
+
+    def add_summed(self, name, total):
+        """Add a sum the backward kernel made: on the device, if the gradients stay there."""
+        if self.on_device is None:
+            self.add(name, total)
+        else:
+            self.device_parts.setdefault(name, []).append(total)
 
     def rows(self, table, indices, values, nodes, grouped=False):
         """Add gradients of rows `indices` of `table`, a row each of node `nodes[row]`; or,
@@ -332,6 +360,12 @@ class Sink:
             return [RowGrad.summed(indices[owner == tree], values[owner == tree], shape,
                                    self.dtype) for tree in range(trees)]
         leading = () if self.trees is None else (trees,)
+        parts = self.device_parts.get(name, [])
+        if is_weak(value):  # a Python number's gradient is one, on the host
+            for part in parts:
+                self.add(name, self.on_device.to_host(part))
+            parts = []
+        on_host = name in self.dense or gathered
         if name in self.dense:  # an array of its own, C-ordered as the parameter is
             total = np.asarray(np.asarray(self.dense[name]).reshape(leading + tuple(shape)),
                                dtype=self.dtype, order="C")
@@ -344,6 +378,9 @@ class Sink:
                 np.add.at(total, (self.trees[nodes], indices), values)
         if is_weak(value):
             return float(total) if self.trees is None else total
+        if self.on_device is not None:
+            return self.on_device.gradient(parts, total if on_host else None, tuple(shape),
+                                           self.dtype)
         return total
 
 

@@ -14,13 +14,14 @@ from ..lowering.arguments import forest_arguments
 from ..lowering.backward import (edge_cotangent_shapes, gradient_shapes, gradient_sums,
                                  with_gradient_sums)
 from ..lowering.ilir import ArgumentRole
-from . import CudaKernel, _running, device
+from . import CudaKernel, _running, device, runtime
 from .buffers import PackedArrays
 
 
 class CudaBackward(CudaKernel):
     """`backward(linearized, params, states, cotangents, kept, whole=True)`: the arrays the
-    host reads, by name: with `whole`, each `GradientSum` and the `GradientRows` none sums;
+    host reads, by name: with `whole`, each `GradientSum` and the `GradientRows` none sums
+    (`sums_on_device`: the sums left on the device, `DeviceGradients` adding them up);
     else (per-tree gradients) every `GradientRows`. `kept`: the products the forward kept
     for it, by name, on the device (`Schedule(remat=False)`), or on the host. `groups`: the
     `LeafGroups` whose rows a kernel with a `group_key` sums, uploaded with the forest. The host's
@@ -45,7 +46,7 @@ class CudaBackward(CudaKernel):
                 f"({self.kernel.dtype}, CUDA, {launches}).")
 
     def __call__(self, linearized, params, states, cotangents, kept=None, whole=True,
-                 groups=None):
+                 groups=None, sums_on_device=False):
         with _running:
             kernel, dtype = self.kernel, self.dtype
             scalars, forest_arrays = forest_arguments(kernel, linearized, groups)
@@ -64,10 +65,41 @@ class CudaBackward(CudaKernel):
                       **{total.total: total.shape for total in sums}}
             left = ({part.name for total in sums for part in total.summed} if whole
                     else {total.total for total in sums})
-            outputs = PackedArrays(shapes, dtype, [name for name in shapes if name not in left])
+            kept_on_device = {total.total for total in sums} if sums_on_device else set()
+            outputs = PackedArrays(shapes, dtype, [name for name in shapes
+                                                   if name not in left | kept_on_device])
             arrays = {**uploaded, **on_device, **self.parameters(params, dtype),
                       **outputs.arrays}
             self.launch_all(self.arguments(scalars, arrays, forest_arrays))
             values = outputs.to_host()
             self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
-            return values
+            return {**values, **{name: outputs.arrays[name] for name in kept_on_device}}
+
+    @staticmethod
+    def device_gradients():
+        """What puts a pullback's dense gradients together on the device
+        (`pullback(..., device_output=True)`)."""
+        return DeviceGradients()
+
+
+class DeviceGradients:
+    """A parameter's gradient on the device from its parts: the kernel's sums, each in the
+    pullback's own output buffer (so added into in place), and what the host summed (rows
+    that no sum took, a table's gathered rows), copied up."""
+
+    def gradient(self, parts, on_host, shape, dtype):
+        """The sum of `parts` (device arrays) and `on_host` (a host array, or None), as a
+        device array of `shape`; zeros where there is neither."""
+        if on_host is not None:
+            parts = [*parts, device.to_device("a gradient summed on the host", on_host, dtype)]
+        if not parts:
+            return device.to_device("a zero gradient", np.zeros(shape, dtype), dtype)
+        total = parts[0].reshape(-1)
+        for part in parts[1:]:
+            runtime.add_into[device.grid_stride(total.size)](total, part.reshape(-1))
+        return total.reshape(shape)
+
+    @staticmethod
+    def to_host(part):
+        return part.copy_to_host()
+

@@ -292,6 +292,12 @@ def to_device(what, value, dtype):
     return cuda.to_device(np.ascontiguousarray(value, dtype=dtype).reshape(np.shape(value)))
 
 
+def grid_stride(items, threads=256):
+    """(blocks, threads) for a grid-stride loop over `items` work items, at least one: a few
+    blocks a multiprocessor at most."""
+    return max(1, int(min(-(-items // threads), 4 * multiprocessors()))), threads
+
+
 def device_array(shape, dtype):
     return cuda.device_array(shape, dtype=dtype)
 

@@ -535,3 +535,11 @@ def rows_differ(values, rows, kept, flags, slot, mark):
     for item in range(cuda.grid(1), rows.size * columns, cuda.gridsize(1)):
         if values[rows[item // columns], item % columns] != kept[item // columns, item % columns]:
             flags[slot] = mark
+
+
+@cuda.jit(**BOUNDED)
+def add_into(total, part):
+    """total[i] += part[i], flat arrays of one size: a parameter's gradient summed from its
+    parts on the device (`backward.DeviceGradients`)."""
+    for item in range(cuda.grid(1), total.size, cuda.gridsize(1)):
+        total[item] += part[item]

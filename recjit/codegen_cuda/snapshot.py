@@ -35,8 +35,8 @@ class DeviceValues:
         for name, table in tables.items():
             kept = self.kept.arrays[name]
             if kept.size:
-                _launch(runtime.gather_rows, kept.size)(table, self.rows[name], kept,
-                                                        kept.shape[0])
+                runtime.gather_rows[device.grid_stride(kept.size)](
+                    table, self.rows[name], kept, kept.shape[0])
         self.kept.arrays[FLAGS].copy_to_device(np.zeros(len(tables), dtype))
         self.marks = 0
 
@@ -49,8 +49,8 @@ class DeviceValues:
             kept = self.kept.arrays[name]
             if kept.size:
                 table = _as_rows(getattr(params, name))
-                _launch(runtime.rows_differ, kept.size)(_bits(table), rows, _bits(kept),
-                                                        flags, slot, self.marks)
+                runtime.rows_differ[device.grid_stride(kept.size)](
+                    _bits(table), rows, _bits(kept), flags, slot, self.marks)
         marks = self.kept.to_host()[FLAGS]
         return [(name, not whole) for name, whole, mark in zip(self.rows, self.whole, marks)
                 if mark == self.marks]
@@ -69,9 +69,3 @@ def _as_rows(values):
 def _bits(values):
     """A float device array seen as unsigned integers of its item's size."""
     return values.view(np.dtype(f"u{values.dtype.itemsize}"))
-
-
-def _launch(kernel, items):
-    """`kernel` configured for `items` work items, a grid-stride loop's worth of blocks."""
-    threads = 256
-    return kernel[int(min(-(-items // threads), 4 * device.multiprocessors())), threads]

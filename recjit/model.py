@@ -657,6 +657,9 @@ class RecursiveModel:
         there); with `grad=True`, the adjoint of each case too, and the backward kernel's ILIR,
         which `vjp`'s pullback runs on `backend`."""
         grad = checked_flag("grad", grad)
+        if file is not None and not callable(getattr(file, "write", None)):
+            raise InputError(f"explain writes to `file`, an open text file (or None: it "
+                             f"returns the text), not {type(file).__name__}")
         analysis = self.analyse()
         p = self.with_context(analysis, p, context)
         if grad:  # what vjp runs: the forward that keeps its products, where it does

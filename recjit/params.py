@@ -12,7 +12,7 @@ class Params:
     def __init__(self, *positional, **arrays):
         _check_names(type(self).__name__, positional, arrays)
         for name, value in arrays.items():
-            setattr(self, name, value if is_weak(value) else np.asarray(value))
+            setattr(self, name, value if is_weak(value) else _as_array(name, value))
 
     def names(self):
         return sorted(vars(self))
@@ -43,6 +43,15 @@ class DeviceParams(Params):
         _check_names(type(self).__name__, positional, arrays)
         for name, value in arrays.items():
             setattr(self, name, value)
+
+
+def _as_array(name, value):
+    """A parameter as a NumPy array; a value that is none (a ragged nest of lists) is refused
+    naming it."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as error:
+        raise InputError(f"parameter {name!r} is not an array: {error}") from None
 
 
 def _check_names(kind, positional, arrays):

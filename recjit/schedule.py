@@ -3,6 +3,7 @@
 A `Schedule` is what the user asks for; a field left at None is the compiler's to choose,
 and `lowering.choose_schedule` fills it in per model and backend (`explain()` prints the
 result). Every combination computes the same values as the naive recursion."""
+import difflib
 from dataclasses import dataclass, fields, replace
 
 from .errors import ScheduleError
@@ -111,6 +112,22 @@ class Schedule:
     pack_from_nodes: int = 64
     threads: int = None
     blocks: int = None
+
+    def __new__(cls, *positional, **named):
+        """Refuse what the dataclass's own constructor would misread or answer with a bare
+        TypeError: a value by position (it would set whichever field comes first) and a
+        field the schedule does not have."""
+        names = [field.name for field in fields(cls)]
+        if positional:
+            raise ScheduleError(f"Schedule takes its fields by name, Schedule(unroll=2, ...), "
+                                f"not {positional[0]!r} by position")
+        for name in named:
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                raise ScheduleError(f"Schedule has no field {name!r}"
+                                    + (f"; did you mean {close[0]!r}?" if close else ".")
+                                    + f" Its fields: {', '.join(names)}")
+        return super().__new__(cls)
 
     def __post_init__(self):
         for field in fields(self):

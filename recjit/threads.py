@@ -1,5 +1,6 @@
 """How many threads recjit's CPU kernels run on (docs/threads.md)."""
 import numba
+import numpy as np
 
 from .errors import RecJitError
 
@@ -9,11 +10,12 @@ def set_num_threads(count):
     thread of the program, at most `NUMBA_NUM_THREADS` (numba's count when it started: every
     core, unless set in the environment before)."""
     largest = numba.config.NUMBA_NUM_THREADS
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= largest:
+    if (isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer))
+            or not 1 <= count <= largest):
         raise RecJitError(f"set_num_threads takes a whole number of threads from 1 to "
                           f"{largest} (NUMBA_NUM_THREADS, numba's count when it started), "
                           f"not {count!r}")
-    numba.set_num_threads(count)
+    numba.set_num_threads(int(count))
 
 
 def get_num_threads():

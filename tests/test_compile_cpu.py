@@ -602,6 +602,12 @@ def test_explain_prints_only_when_given_a_file_and_shows_as_its_text(capsys):
     assert written.getvalue() == str(text) + "\n"
 
 
+def test_explain_refuses_a_file_it_cannot_write_to():
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    with pytest.raises(rj.InputError, match="explain writes to `file`, an open text file"):
+        tree_lstm.explain(forest, tree_lstm_params(4, VOCAB, "float64"), file="out.txt")
+
+
 def test_a_results_repr_is_short_its_roots_and_state_shapes():
     forest = rj.Forest.random_binary(3, seed=0, mean_leaves=30, vocab_size=VOCAB)
     out = tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))

@@ -93,6 +93,11 @@ def test_parameters_in_a_dict_are_refused_with_what_to_pass_instead():
         tree_lstm.run(rj.Forest.from_nested([(1, 2)]), dict(vars(p)))
 
 
+def test_a_ragged_parameter_is_refused_naming_it():
+    with pytest.raises(rj.InputError, match="parameter 'E' is not an array"):
+        rj.Params(E=[[1.0, 2.0], [3.0]], W=np.eye(2))
+
+
 def test_a_float_index_field_is_refused_naming_the_field_and_the_line():
     forest = rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"word": [0.0, 1.0, 2.0]})
     with pytest.raises(rj.UnsupportedError, match="tree_lstm.py:13: scalar field 'word' holds "

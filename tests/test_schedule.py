@@ -301,3 +301,16 @@ def test_unrolling_a_dag_is_refused_naming_the_field():
 def test_a_malformed_schedule_is_refused_naming_the_field(fields, message):
     with pytest.raises(rj.ScheduleError, match=message):
         rj.Schedule(**fields)
+
+
+def test_a_schedule_field_that_does_not_exist_is_refused_naming_the_closest():
+    with pytest.raises(rj.ScheduleError, match="no field 'unrol'; did you mean 'unroll'"):
+        rj.Schedule(unrol=2)
+    with pytest.raises(rj.ScheduleError, match="no field 'unrol'; did you mean 'unroll'"):
+        rj.Schedule().but(unrol=2)
+
+
+def test_a_schedule_value_by_position_is_refused():
+    """Schedule(False) would otherwise switch off whichever field comes first."""
+    with pytest.raises(rj.ScheduleError, match="takes its fields by name"):
+        rj.Schedule(False)

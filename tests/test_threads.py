@@ -60,6 +60,15 @@ def test_a_thread_count_outside_numbas_pool_is_refused_naming_the_limit(count):
         rj.set_num_threads(count)
 
 
+def test_a_thread_count_may_be_a_numpy_integer():
+    before = rj.get_num_threads()
+    try:
+        rj.set_num_threads(np.int64(1))
+        assert rj.get_num_threads() == 1
+    finally:
+        rj.set_num_threads(before)
+
+
 @pytest.mark.parametrize("given, expected", [(None, "1000"), ("50000", "50000")],
                          ids=["unset", "the user's"])
 def test_import_recjit_shortens_openmps_spinning_unless_the_user_set_it(given, expected):

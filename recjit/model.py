@@ -488,7 +488,11 @@ class RecursiveModel:
                                              compiled.backend_kernel.inputs(linearized), kept)
             result = Result.from_linearized(states, cell.state_shapes, linearized.new_of_old,
                                             linearized.roots)
+            forward = linearized
             linearized, states = self._height_batched(forest, linearized, states)
+            if linearized is not forward:  # states the GPU kept are in the forward's order
+                for name, _ in compiled.kernel.states:
+                    kept.pop(name, None)
         else:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, p,

@@ -9,7 +9,7 @@ from numba import cuda
 import recjit as rj
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from recjit.autodiff import Pullback
-from recjit.codegen_cuda import device
+from recjit.codegen_cuda import buffers, device
 from recjit.lowering.backward import gradient_sums
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
@@ -201,7 +201,8 @@ def test_the_gpus_backward_reads_the_products_its_forward_kept_or_recomputes_the
     schedule = rj.Schedule(remat=remat)
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
     _, pullback = tree_lstm.vjp(FOREST, p, backend="cuda", schedule=schedule)
-    assert bool(pullback.kept) is not remat
+    products = set(pullback.kept) - {"state_0", "state_1"}  # the states are kept either way
+    assert bool(products) is not remat
     assert_same_gradients(*gradients_on_both(tree_lstm, FOREST, p, 3, schedule))
 
 
@@ -364,3 +365,30 @@ def test_device_output_is_refused_where_the_gradients_are_not_the_gpus():
     _, on_gpu = tree_lstm.vjp(forest, p, backend="cuda")
     with pytest.raises(rj.RecJitError, match=r"\(per_tree=False\)"):
         on_gpu(roots=roots, per_tree=True, device_output=True)
+
+
+def test_a_gpu_backward_reads_the_states_its_forward_left_on_the_device(monkeypatch):
+    """The states come down for the caller's loss, but do not go up again for the backward:
+    the forward copied them on the device, beside its kept products."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3).to_device()
+    out, pullback = tree_lstm.vjp(FOREST, p, backend="cuda")
+    assert {"state_0", "state_1"} <= set(pullback.kept)
+    uploads = []
+    forest = buffers.DeviceBuffers.forest
+    monkeypatch.setattr(buffers.DeviceBuffers, "forest",
+                        lambda self, arrays: uploads.append(set(arrays)) or forest(self, arrays))
+    roots = cotangents([state.shape for state in out.roots], 2)
+    got = pullback(roots=roots)
+    assert uploads and not any("state_0" in names for names in uploads)
+    assert_same_gradients(got, tree_lstm.vjp(FOREST, tree_lstm_params(
+        HIDDEN, VOCAB, "float64", 3))[1](roots=roots))
+
+
+@pytest.mark.parametrize("unroll", [2, 3])
+def test_an_unrolled_gpu_forwards_gradients_are_the_cpus(unroll):
+    """Its batches mix heights, so the backward takes the states in a numbering of its own:
+    not the copy the forward left on the device, which is in the forward's."""
+    schedule = rj.Schedule(unroll=unroll)
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 5)
+    gpu, cpu = gradients_on_both(tree_lstm, FOREST, p, 7, schedule)
+    assert_same_gradients(gpu, cpu)

@@ -163,10 +163,15 @@ class CudaKernel:
     def __call__(self, linearized, params, inputs, kept=None):
         """The states, a row per node (the linearized numbering), on the host: what the CPU
         kernel's call gives a backward; the products the kernel keeps for one
-        (`Kernel.kept`) go into `kept`, by name, as device arrays of their own."""
+        (`Kernel.kept`), and a copy of the states, go into `kept`, by name, as device
+        arrays of their own, which the backward reads where they are: the states need not
+        go up again."""
         with _running:
             arguments, states = self.prepare(linearized, params, inputs, kept)
             self.launch_all(arguments)
+            if kept is not None:
+                for name, _ in self.kernel.states:  # queued after the kernel
+                    kept[name].copy_to_device(states.arrays[name])
             rows = states.nodes_to_host(linearized.num_nodes)
             self.buffers.copied()  # a synchronous copy back, after the kernel and its upload
             return rows
@@ -184,8 +189,8 @@ class CudaKernel:
         """The kernel's arguments, the forest's arrays (`inputs`) copied to the device in one
         packed copy (and, unfused, those its host code reads), and the states they fill; the
         arrays of the products it keeps for a backward, new for each run (`PackedArrays`),
-        into `kept` when it is a dict. The first fused run sizes the grid to the blocks that
-        fit (`fit_grid`)."""
+        into `kept` when it is a dict (a vjp's forward), with room for its states beside
+        them. The first fused run sizes the grid to the blocks that fit (`fit_grid`)."""
         dtype = self.dtype
         scalars, forest_arrays = inputs
         states = self.buffers.states(linearized.num_nodes, linearized.roots.size,
@@ -193,11 +198,12 @@ class CudaKernel:
         arrays = {**self.uploaded(linearized, forest_arrays), **self.parameters(params, dtype),
                   **states.views}
         kept_arrays = kept_shapes(self.kernel.kept, linearized, scalars)
-        if kept_arrays:  # only a vjp's forward keeps products
-            kept_arrays = PackedArrays(kept_arrays, dtype).arrays
+        if kept is not None:  # a vjp's forward: products kept, and room for the states
+            state_shapes = {name: states.arrays[name].shape for name, _ in self.kernel.states}
+            packed = PackedArrays({**kept_arrays, **state_shapes}, dtype).arrays
+            kept_arrays = {name: packed[name] for name in kept_arrays}
+            kept.update(packed)
         arrays.update(kept_arrays)
-        if kept is not None:
-            kept.update(kept_arrays)
         return self.arguments(scalars, arrays, forest_arrays), states
 
     def uploaded(self, linearized, forest_arrays, host_arrays=None):

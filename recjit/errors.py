@@ -35,6 +35,12 @@ class InputError(RecJitError):
     """A forest, field or parameter that the model cannot run on; names the culprit."""
 
 
+def is_whole(value):
+    """Whether `value` is an integer, Python's or NumPy's, and not a bool (which Python
+    counts as one: True would be 1)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def checked_flag(name, value):
     """`value`, an option's True or False; anything else (a string such as "False" is true)
     is an InputError naming the option."""

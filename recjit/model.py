@@ -14,7 +14,7 @@ import numpy as np
 
 from .autodiff import Pullback, adjoint_case, parameter_guards, tree_of_nodes
 from .codegen_cpu import CpuBackward, CpuKernel
-from .errors import InputError, RecJitError, UnsupportedError, checked_flag
+from .errors import InputError, RecJitError, UnsupportedError, checked_flag, is_whole
 from .explanation import Explanation
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
@@ -559,8 +559,7 @@ class RecursiveModel:
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
         cell = self._cell_for(analysis, forest, bound)
-        if (isinstance(output, (bool, np.bool_)) or not isinstance(output, (int, np.integer))
-                or not 0 <= output < len(cell.state_shapes)):  # True is an int to Python
+        if not is_whole(output) or not 0 <= output < len(cell.state_shapes):
             raise InputError(f"output must be a state component, 0 to "
                              f"{len(cell.state_shapes) - 1}, not {output!r}")
         output = int(output)

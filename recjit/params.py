@@ -46,8 +46,8 @@ class DeviceParams(Params):
 
 
 def _as_array(name, value):
-    """A parameter as a NumPy array; a value that is none (a ragged nest of lists) is refused
-    naming it."""
+    """A parameter as a NumPy array; a value NumPy makes none of (a ragged nest of lists) is
+    refused naming it."""
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as error:

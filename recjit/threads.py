@@ -1,8 +1,7 @@
 """How many threads recjit's CPU kernels run on (docs/threads.md)."""
 import numba
-import numpy as np
 
-from .errors import RecJitError
+from .errors import RecJitError, is_whole
 
 
 def set_num_threads(count):
@@ -10,8 +9,7 @@ def set_num_threads(count):
     thread of the program, at most `NUMBA_NUM_THREADS` (numba's count when it started: every
     core, unless set in the environment before)."""
     largest = numba.config.NUMBA_NUM_THREADS
-    if (isinstance(count, (bool, np.bool_)) or not isinstance(count, (int, np.integer))
-            or not 1 <= count <= largest):
+    if not is_whole(count) or not 1 <= count <= largest:
         raise RecJitError(f"set_num_threads takes a whole number of threads from 1 to "
                           f"{largest} (NUMBA_NUM_THREADS, numba's count when it started), "
                           f"not {count!r}")

@@ -102,4 +102,3 @@ class DeviceGradients:
     @staticmethod
     def to_host(part):
         return part.copy_to_host()
-

@@ -290,7 +290,7 @@ def test_a_gpu_pullback_takes_a_change_to_device_rows_its_forest_does_not_gather
     assert_same_gradients(pullback(roots=roots), before)
 
 
-def test_a_gpu_pullback_compares_its_parameters_bit_for_bit():
+def test_a_nan_device_parameter_is_no_change_to_a_gpu_pullback():
     """A NaN parameter the forward read is the same NaN at the pullback: not a change."""
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 8)

@@ -27,14 +27,31 @@ from gpu_profile import Laps  # noqa: E402
 from gpu_schedules import SCHEDULES  # noqa: E402
 from train_sst import initial_parameters  # noqa: E402
 
-from recjit.codegen_cuda import device  # noqa: E402
+from recjit.codegen_cuda import device, runtime  # noqa: E402
 
 PHASES = ("vjp (forward)", "loss (host)", "pullback", "adagrad")
 
 
+# The runtime's small kernels a step may launch through numba's dispatcher: the GPU fields'
+# and the parameter check's gathers, the check's comparisons, the device gradients' sums.
+RUNTIME_KERNELS = ("gather_rows", "rows_differ", "add_into")
+
+
+class LaunchCount:
+    """A numba kernel whose launches (`kernel[grid, threads](...)`) are counted."""
+
+    def __init__(self, kernel, count):
+        self.kernel, self.count = kernel, count
+
+    def __getitem__(self, configuration):
+        self.count()
+        return self.kernel[configuration]
+
+
 class DeviceCalls:
     """Counts, by name, the calls of the device functions a step goes through: recjit's own
-    (`codegen_cuda.device`), and numba's copies and uploads that the benchmark's step makes."""
+    (`codegen_cuda.device`), the runtime's small kernels, and numba's copies and uploads that
+    the benchmark's step makes."""
 
     def __init__(self):
         self.counts = Counter()
@@ -46,6 +63,10 @@ class DeviceCalls:
                          (cuda, "to_device")]
         for owner, name in self.patched:
             setattr(owner, name, self.counted(owner, name, getattr(owner, name)))
+        for name in RUNTIME_KERNELS:
+            label = f"runtime.{name} launch"
+            setattr(runtime, name, LaunchCount(getattr(runtime, name),
+                                               lambda label=label: self.counts.update((label,))))
 
     def counted(self, owner, name, function):
         label = f"{getattr(owner, '__name__', type(owner).__name__)}.{name}"

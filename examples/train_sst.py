@@ -306,26 +306,48 @@ def plot(record, path):
     figure.savefig(path)
 
 
+def positive(text):
+    """An argparse type: a whole number, at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def fraction(text):
+    """An argparse type: a number from 0 up to (not including) 1."""
+    value = float(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), not {value}")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=DATA, help="directory of train.txt, dev.txt, test.txt")
     parser.add_argument("--backend", default="recjit", choices=["recjit", "torch"])
     parser.add_argument("--cell", default="childsum", choices=sorted(CELLS))
-    parser.add_argument("--epochs", type=int, default=10)
-    parser.add_argument("--batch", type=int, default=25)
-    parser.add_argument("--embedding", type=int, default=300)
-    parser.add_argument("--hidden", type=int, default=150)
+    parser.add_argument("--epochs", type=positive, default=10)
+    parser.add_argument("--batch", type=positive, default=25)
+    parser.add_argument("--embedding", type=positive, default=300)
+    parser.add_argument("--hidden", type=positive, default=150)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--embedding-lr", type=float, default=0.1)
     parser.add_argument("--weight-decay", type=float, default=1e-4)
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--limit", type=int, default=None, help="train on the first N trees")
+    parser.add_argument("--dropout", type=fraction, default=0.5)
+    parser.add_argument("--limit", type=positive, default=None,
+                        help="train on the first N trees")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--workers", type=positive, default=1,
                         help="processes training with DistributedDataParallel (gloo)")
     parser.add_argument("--record", default="train_sst",
                         help="writes RECORD.json and RECORD.png (not --log, which torchrun takes)")
     args = parser.parse_args()
+    missing = [name for name in ("train.txt", "dev.txt", "test.txt")
+               if not os.path.isfile(os.path.join(args.data, name))]
+    if missing:
+        parser.error(f"--data {args.data}: no {', '.join(missing)} there (the Stanford "
+                     "Sentiment Treebank's train.txt, dev.txt and test.txt, in PTB form)")
     if "WORLD_SIZE" in os.environ:  # started by torchrun, on this machine or on several
         args.workers = int(os.environ["WORLD_SIZE"])
         worker(int(os.environ["RANK"]), args, "env://",

@@ -1,11 +1,15 @@
 """examples/train_sst.py's two backends are one model: from the same initial parameters, the
 TreeLSTM compiled by recjit inside PyTorch and the same cell in plain PyTorch, a level at a
 time, give the same losses step after step (float64, no dropout)."""
+import re
+import sys
+
 import numpy as np
 import pytest
 import torch
 
 import recjit as rj
+import train_sst
 from train_sst import Classifier, end_process, initial_parameters, optimizer
 
 TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2 h)",
@@ -102,3 +106,17 @@ def test_the_plain_pytorch_classifier_computes_where_its_parameters_are():
     scores = model(forest)
     assert scores.device.type == "meta"
     assert scores.shape == (forest.num_nodes, 5)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--data", "{empty}"], "no train.txt, dev.txt, test.txt there"),
+    (["--batch", "0"], "argument --batch: must be at least 1, not 0"),
+    (["--dropout", "1.5"], r"argument --dropout: must be in \[0, 1\), not 1.5")],
+    ids=["a directory without the treebank", "an empty batch", "a dropout of more than 1"])
+def test_the_scripts_bad_arguments_are_refused_naming_them(arguments, message, tmp_path,
+                                                            monkeypatch, capsys):
+    arguments = [argument.format(empty=tmp_path) for argument in arguments]
+    monkeypatch.setattr(sys, "argv", ["train_sst.py", *arguments])
+    with pytest.raises(SystemExit):
+        train_sst.main()
+    assert re.search(message, capsys.readouterr().err)

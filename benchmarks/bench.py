@@ -352,10 +352,19 @@ def plot(results, path):
     return path
 
 
+def zoo_models(text):
+    """An argparse type: comma-separated names of the zoo's models."""
+    names = [benchmark.name for benchmark in ZOO]
+    for name in text.split(","):
+        if name not in names:
+            raise argparse.ArgumentTypeError(f"no model {name!r} in the zoo: {', '.join(names)}")
+    return text
+
+
 def add_common_arguments(parser):
     """--trees, --models and --cuda, which every benchmark script takes."""
     parser.add_argument("--trees", default=DEFAULT_TREES)
-    parser.add_argument("--models", default=",".join(b.name for b in ZOO))
+    parser.add_argument("--models", type=zoo_models, default=",".join(b.name for b in ZOO))
     parser.add_argument("--cuda", action=argparse.BooleanOptionalAction, default=None,
                         help="also run on the GPU (default: when numba.cuda finds one)")
 

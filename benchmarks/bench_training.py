@@ -620,6 +620,9 @@ def main():
                              "and PyTorch level-batched on CUDA")
     parser.add_argument("--vpps", action="store_true", help="VPPS's setting only")
     args = parser.parse_args()
+    if not os.path.isfile(os.path.join(args.data, "train.txt")):
+        parser.error(f"--data {args.data}: no train.txt there (the Stanford Sentiment "
+                     "Treebank's, in PTB form)")
     count, rounds = (2, 2) if args.quick else (8, 3)
     vocab = {}
     lines = sst_lines(os.path.join(args.data, "train.txt"), count * 25)

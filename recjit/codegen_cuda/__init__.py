@@ -295,8 +295,8 @@ class CudaKernel:
     def gather(self, source, order, out, rows):
         """out[i] = source[order[i]] for i < rows, queued on the device."""
         if rows * out.shape[1]:
-            blocks = min(-(-rows * out.shape[1] // self.threads), 4 * device.multiprocessors())
-            runtime.gather_rows[int(blocks), self.threads](source, order, out, rows)
+            runtime.gather_rows[device.grid_stride(rows * out.shape[1], self.threads)](
+                source, order, out, rows)
 
     def result(self, states, shapes, linearized, device_output):
         """The roots' states, which the kernel gathered, copied back; the nodes' states (their

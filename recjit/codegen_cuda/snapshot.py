@@ -22,7 +22,7 @@ class DeviceValues:
         tables = {name: _as_rows(values) for name, (values, _) in arrays.items()}
         orders = [np.arange(tables[name].shape[0]) if rows is None else rows
                   for name, (_, rows) in arrays.items()]
-        self.whole = [rows is None for _, rows in arrays.values()]
+        self.gathered = {name: rows is not None for name, (_, rows) in arrays.items()}
         dtype = next(iter(tables.values())).dtype
         shapes = {name: (order.size, table.shape[1])
                   for (name, table), order in zip(tables.items(), orders)}
@@ -52,7 +52,7 @@ class DeviceValues:
                 runtime.rows_differ[device.grid_stride(kept.size)](
                     _bits(table), rows, _bits(kept), flags, slot, self.marks)
         marks = self.kept.to_host()[FLAGS]
-        return [(name, not whole) for name, whole, mark in zip(self.rows, self.whole, marks)
+        return [(name, self.gathered[name]) for name, mark in zip(self.rows, marks)
                 if mark == self.marks]
 
 

@@ -12,7 +12,7 @@ class Params:
     def __init__(self, *positional, **arrays):
         _check_names(type(self).__name__, positional, arrays)
         for name, value in arrays.items():
-            setattr(self, name, value if is_weak(value) else _as_array(name, value))
+            setattr(self, name, value if is_weak(value) else parameter_array(name, value))
 
     def names(self):
         return sorted(vars(self))
@@ -45,7 +45,7 @@ class DeviceParams(Params):
             setattr(self, name, value)
 
 
-def _as_array(name, value):
+def parameter_array(name, value):
     """A parameter as a NumPy array; a value NumPy makes none of (a ragged nest of lists) is
     refused naming it."""
     try:

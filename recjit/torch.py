@@ -20,7 +20,7 @@ import torch
 from .autodiff.gradients import RowGrad
 from .errors import InputError, RecJitError
 from .linearize import Forest
-from .params import DeviceParams, Params
+from .params import DeviceParams, Params, parameter_array
 
 
 @dataclass(frozen=True)
@@ -237,7 +237,7 @@ class Module(torch.nn.Module):
         self.sparse = _checked_sparse(sparse, sorted(initial))
         self.backend = backend
         for name, value in initial.items():
-            array = np.asarray(value)
+            array = parameter_array(name, value)
             if array.dtype.kind not in "fiu":
                 raise InputError(f"initial parameter {name!r} holds {array.dtype}, not numbers")
             self.register_parameter(name, torch.nn.Parameter(torch.tensor(array)))

@@ -241,6 +241,12 @@ def test_a_modules_initial_parameter_that_is_not_numbers_is_refused_naming_it():
         rj.torch.Module(child_sum_tree_lstm, **{**initial, "E": "abc"})
 
 
+def test_a_modules_ragged_initial_parameter_is_refused_naming_it():
+    initial = vars(tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
+    with pytest.raises(rj.InputError, match="parameter 'E' is not an array"):
+        rj.torch.Module(child_sum_tree_lstm, **{**initial, "E": [[1.0, 2.0], [3.0]]})
+
+
 def test_a_modules_unknown_backend_is_refused_as_it_is_made():
     with pytest.raises(rj.RecJitError, match="not backend='tpu'"):
         rj.torch.Module(child_sum_tree_lstm, backend="tpu",

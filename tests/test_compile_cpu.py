@@ -211,7 +211,7 @@ def test_a_product_of_a_vector_field_reads_the_fields_rows_in_place(num_nodes, s
     assert_same_result(dag_rnn.run(forest, p, schedule=schedule),
                        dag_rnn.reference(forest, p))
     source = dag_rnn.kernel_source("cpu")
-    assert "matmul_share(p_W, panels_W, field_x" in source and "_x_W[" not in source
+    assert "matmul_share(p_W, panels_W, no_tail, field_x" in source and "_x_W[" not in source
 
 
 @given(st.integers(2, 40), seeds)

@@ -7,7 +7,12 @@ from hypothesis import given, strategies as st
 
 from recjit.codegen_cpu import calls
 from recjit.codegen_cpu.runtime import (OUTER_CHUNK, matmul_rows, matmul_share, pack_share,
-                                       panel_rows, row_panels, weight_panels)
+                                       panel_rows, row_panels, tail_rows, weight_panels)
+
+
+def no_tail(weight):
+    """The tail of a weight whose columns are adjacent: none (`tail_rows`)."""
+    return np.empty((0, 0), dtype=weight.dtype)
 
 
 @given(st.integers(0, 20), st.integers(1, 9), st.integers(1, 40),
@@ -67,7 +72,7 @@ def test_the_workers_claims_in_matmul_share_cover_every_row_once_product_after_p
     for product in range(4):
         y = np.full((nodes, weight_rows), np.nan)
         for worker in random.sample(range(workers), workers):
-            matmul_share(weight, panels, x, y, nodes, row_block, worker, workers,
+            matmul_share(weight, panels, no_tail(weight), x, y, nodes, row_block, worker, workers,
                          product % 2 == 0, claimed, starts)
         np.testing.assert_allclose(y, x @ weight.T, rtol=1e-12, atol=1e-12)
         assert not claimed.any()
@@ -87,7 +92,8 @@ def test_two_threads_claiming_blocks_at_once_cover_every_row_once_product_after_
     for product in range(20):
         y = np.full((12, 4096), np.nan, dtype=np.float32)
         threads = [threading.Thread(target=matmul_share, args=(
-            weight, panels, x, y, 12, 8, worker, 2, product % 2 == 0, claimed, starts))
+            weight, panels, no_tail(weight), x, y, 12, 8, worker, 2, product % 2 == 0, claimed,
+            starts))
             for worker in (0, 1)]
         for thread in threads:
             thread.start()
@@ -100,11 +106,13 @@ def test_two_threads_claiming_blocks_at_once_cover_every_row_once_product_after_
 @numba.njit
 def transposed_product(parameter, x, y):
     """y = x @ parameter as a kernel computes `h @ p.W`: through the rows of `p_W.T` as
-    panels, by the products' exported symbol (compiled once per dtype, not for this test)."""
+    panels and the rows after them copied, by the products' exported symbol (compiled once
+    per dtype, not for this test)."""
     weight = parameter.T
+    panels = calls.row_panels(weight)
     claimed, starts = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64)
-    calls.matmul_share(weight, calls.row_panels(weight), x, y, x.shape[0], 8, 0, 1, True,
-                       claimed, starts)
+    calls.matmul_share(weight, panels, calls.tail_rows(weight, panels), x, y, x.shape[0], 8,
+                       0, 1, True, claimed, starts)
 
 
 @given(st.integers(1, 50), st.integers(1, 40), st.integers(1, 13),
@@ -112,7 +120,7 @@ def transposed_product(parameter, x, y):
 def test_products_through_a_transposed_parameters_rows_as_panels_equal_numpy(
         weight_rows, inner, nodes, dtype):
     """`row_panels` of `pT_W = p_W.T` are views of p_W's rows (a read-only parameter's too),
-    and the rows after the last whole panel go through the dot blocks, at a stride."""
+    and the rows after the last whole panel go through the dot blocks, from their copy."""
     rng = np.random.default_rng(weight_rows * 100 + inner)
     parameter = rng.normal(size=(inner, weight_rows)).astype(dtype)
     parameter.flags.writeable = False
@@ -188,9 +196,34 @@ def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
     panels = weight_panels(weight, True)
     pack_share(weight, panels, 32, 0, 1)
     y = np.full((5, 64), np.nan, dtype=np.float32)
-    matmul_share(weight, panels, x, y[:, ::2], 5, 32, 0, 1, True, np.zeros(1, dtype=np.int64),
-                 np.zeros(1, dtype=np.int64))
+    matmul_share(weight, panels, no_tail(weight), x, y[:, ::2], 5, 32, 0, 1, True,
+                 np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     np.testing.assert_allclose(y[:, ::2], x @ weight.T, rtol=1e-5, atol=1e-5)
+    assert np.isnan(y[:, 1::2]).all()
+
+
+def test_the_tail_of_a_weight_read_transposed_is_its_rows_after_the_whole_panels():
+    """Copied so that their columns are adjacent; a weight whose columns already are has none."""
+    parameter = np.arange(450 * 150, dtype=np.float32).reshape(450, 150)
+    weight = parameter.T
+    tail = tail_rows(weight, row_panels(weight))
+    assert tail.flags.c_contiguous
+    np.testing.assert_array_equal(tail, weight[144:])
+    assert tail_rows(parameter, weight_panels(parameter, True)).shape[0] == 0
+
+
+def test_matmul_share_reads_a_transposed_weights_tail_rows_into_a_y_whose_columns_are_strided():
+    """Without panels (y's columns are not adjacent), the rows before the tail are read as
+    they lie and the tail's from its copy, each into its own columns of y."""
+    rng = np.random.default_rng(4)
+    parameter = rng.normal(size=(24, 40)).astype(np.float32)
+    weight = parameter.T
+    panels = row_panels(weight)
+    x = rng.normal(size=(7, 24)).astype(np.float32)
+    y = np.full((7, 80), np.nan, dtype=np.float32)
+    matmul_share(weight, panels, tail_rows(weight, panels), x, y[:, ::2], 7, 8, 0, 1, True,
+                 np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
+    np.testing.assert_allclose(y[:, ::2], x @ parameter, rtol=1e-5, atol=1e-5)
     assert np.isnan(y[:, 1::2]).all()
 
 

@@ -35,8 +35,8 @@ def _parameters(name, dtype):
     read_panels = types.Array(dtype, 3, "A", readonly=True)  # and panels that are their rows
     counters = types.Array(types.int64, 1, "A")
     return {"matmul_rows": (read, read, matrix, index, index, index),
-            "matmul_share": (read, read_panels, read, matrix, index, index, index, index,
-                             types.boolean, counters, counters),
+            "matmul_share": (read, read_panels, read, read, matrix, index, index, index,
+                             index, types.boolean, counters, counters),
             "pack_share": (read, panels, index, index, index)}[name]
 
 
@@ -94,11 +94,11 @@ def matmul_rows(typingctx, weight, x, y, rows, row_begin, row_end):
 
 
 @intrinsic
-def matmul_share(typingctx, weight, panels, x, y, rows, row_block, worker, workers, forward,
-                 claimed, starts):
+def matmul_share(typingctx, weight, panels, tail, x, y, rows, row_block, worker, workers,
+                 forward, claimed, starts):
     return _call_by_symbol("matmul_share", typingctx,
-                           (weight, panels, x, y, rows, row_block, worker, workers, forward,
-                            claimed, starts))
+                           (weight, panels, tail, x, y, rows, row_block, worker, workers,
+                            forward, claimed, starts))
 
 
 @intrinsic
@@ -108,7 +108,7 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
 transposed_room, pack_rows_share = runtime.transposed_room, runtime.pack_rows_share
-transposed_panels = runtime.transposed_panels
+transposed_panels, tail_rows = runtime.transposed_panels, runtime.tail_rows
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
@@ -118,7 +118,7 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
     backward kernel writes them, which read transposed are the product's weight and its
     panels as they lie (`transposed_panels`: no transposition, no packing, unless the rows
     are a multiple of 1 KiB apart, whose products ran 4–10% faster packed at 512 floats:
-    `transposed_room`);
+    `transposed_room`), its rows after the whole panels copied (`tail_rows`);
     `x_columns` a node's vector a column. Its threads are the kernels' own, so it does not
     wait on another pool's threads spinning on the same cores, as a NumPy product after a
     kernel did."""
@@ -128,10 +128,11 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
         for worker in numba.prange(workers):
             pack_rows_share(weight, room, worker, workers)
     panels = transposed_panels(weight, room)
+    tail = tail_rows(weight, panels)
     claimed = np.zeros(workers, dtype=np.int64)
     starts = np.zeros(workers, dtype=np.int64)
     for worker in numba.prange(workers):
-        matmul_share(weight, panels, x_columns, y, x_columns.shape[0], row_block, worker,
+        matmul_share(weight, panels, tail, x_columns, y, x_columns.shape[0], row_block, worker,
                      workers, True, claimed, starts)
 
 

@@ -86,11 +86,14 @@ _bound = expression.bound
 
 class KernelBody(StatementVisitor):
     """The kernel's statements as lines, one ILIR statement to one line or block. `labels`:
-    {weight argument: what the generated names call it} (`W` of `p_W`); `products`: how many
-    `matmul_share` calls were written, the next one's row of `claimed`."""
+    {weight argument: what the generated names call it} (`W` of `p_W`); `transposed`: the
+    weights read transposed (`pT_W`), whose products read their last rows from a copy
+    (`tail_rows`); `products`: how many `matmul_share` calls were written, the next one's row
+    of `claimed`."""
 
-    def __init__(self, labels):
+    def __init__(self, labels, transposed):
         self.labels = labels
+        self.transposed = transposed
         self.lines = []
         self.products = 0
 
@@ -181,8 +184,11 @@ class KernelBody(StatementVisitor):
             weight, x, y = expression.matmul_operands(product)
             site = self.products
             self.products += 1
+            tail = (panels_name(product, self.labels, "tail")
+                    if product.weight in self.transposed else "no_tail")
             self.lines.append(
-                f"{pad}    matmul_share({weight}, {panels_name(product, self.labels)}, {x}, {y}, "
+                f"{pad}    matmul_share({weight}, {panels_name(product, self.labels)}, {tail}, "
+                f"{x}, {y}, "
                 f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward}, "
                 f"claimed[{site}], claim_starts[{site}])")
 
@@ -207,7 +213,8 @@ class KernelBody(StatementVisitor):
 
 def panels_name(product, labels, prefix="panels"):
     """The panels of a product's weight (of its block of columns, when it has one); with
-    `prefix="room"`, the room its transposed weight is packed into (`transposed_room`)."""
+    `prefix="room"`, the room its transposed weight is packed into (`transposed_room`); with
+    `prefix="tail"`, its transposed weight's rows after the whole panels (`tail_rows`)."""
     name = f"{prefix}_{labels.get(product.weight, product.weight)}"
     return name if product.columns is None else f"{name}_{product.columns[0]}_{product.columns[1]}"
 
@@ -244,6 +251,12 @@ def weight_panels(kernel, pack_from_nodes, labels):
     lines.append("    # barrier: the products read the panels")
     lines += [f"    {name} = transposed_panels({expression.matmul_operands(product)[0]}, "
               f"{room[name]})" for name, product in weights.items() if name in room]
+    lines += [f"    {panels_name(product, labels, 'tail')} = tail_rows("
+              f"{expression.matmul_operands(product)[0]}, {name})"
+              for name, product in weights.items() if name in room]
+    if len(room) < len(weights):
+        lines.append("    no_tail = np.empty((0, 0), dtype=real)  # the others read every row "
+                     "as it lies")
     return lines
 
 
@@ -251,9 +264,9 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     """The module text: imports, the math helpers, and the kernel. The kernel's first argument
     is `workers`, numba's thread count at the call (read inside the kernel, it would keep
     numba from caching it)."""
-    panels = ("pack_rows_share, transposed_panels, transposed_room,\n"
-              "                                      weight_panels" if kernel.transposed
-              else "weight_panels")
+    panels = ("pack_rows_share, tail_rows, transposed_panels,\n"
+              "                                      transposed_room, weight_panels"
+              if kernel.transposed else "weight_panels")
     flags = FAST_FLAGS if fast_math else EXACT_FLAGS
     helper = f'@njit(fastmath={flags}, error_model="numpy")'  # the kernel's semantics
     labels = {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}
@@ -271,7 +284,7 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     lines += [f"    {view} = {array}.T  # read transposed where it lies"
               for view, array in kernel.transposed]
     lines += weight_panels(kernel, pack_from_nodes, labels)
-    body = KernelBody(labels)
+    body = KernelBody(labels, {view for view, _ in kernel.transposed})
     body.statements(kernel.body, 1)
     if body.products:
         lines += ["    # each parallel product's block counters and the blocks its walks start from",

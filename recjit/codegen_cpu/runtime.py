@@ -500,6 +500,18 @@ def transposed_panels(weight, room):
     return row_panels(weight)
 
 
+@numba.njit(nogil=True, cache=True)
+def tail_rows(weight, panels):
+    """The rows of a parameter read transposed (`pT_W`, columns not adjacent) after its
+    whole panels, copied so that their columns are adjacent: the dot blocks read such a row
+    as it lies an element at a time, and H=150's last 6 rows of 150 took as long as its 144
+    in panels. None for a weight whose columns are adjacent, which they read as it lies."""
+    first = weight.shape[0]
+    if weight.strides[1] != weight.itemsize:
+        first = panels.shape[0] * panels.shape[2]
+    return np.ascontiguousarray(weight[first:])
+
+
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def pack_share(weight, panels, row_block, worker, workers):
     """Worker `worker`'s panels: those in its 1/`workers` of the weight's rows, where most of
@@ -578,8 +590,8 @@ def _fetch_add(typingctx, counters, index, value):
 
 
 @numba.njit(fastmath=True, cache=True, nogil=True)
-def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward, claimed,
-                 starts):
+def matmul_share(weight, panels, tail, x, y, rows, row_block, worker, workers, forward,
+                 claimed, starts):
     """Worker `worker` of `workers`' part of the product over all of the weight's rows, in
     blocks of `row_block` rows. Workers 2j and 2j + 1 share segment j of the blocks. Each takes
     its first 7/16 of them unasked, then claims the rest one at a time from a counter they
@@ -593,11 +605,14 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
     Alternate batches (`forward`) reverse both walks and start them where the two met, so
     each worker starts on the rows it read last, still in its L2. Within a block the rows of
     whole panels go through `panel_rows`' walk (when the run packed any, and y's columns are
-    adjacent), the others `matmul_rows`'. The walks are inlined, not called: a call to
+    adjacent), the others `matmul_rows`', those from `tail`'s first on (`tail_rows`: the
+    weight's last rows, their columns adjacent) read from it. The walks are inlined, not
+    called: a call to
     another cached runtime function could land in the copy of it that numba links into this
     one and optimizes again, and that copy of `panel_rows` ran about half as slow again,
     depending on which function a process happened to load first."""
     num_rows = weight.shape[0]
+    tail_begin = num_rows - tail.shape[0]
     width = panels.shape[2]
     use_panels = panels.shape[0] > 0 and y.strides[1] == y.itemsize
     segment, segments = worker // 2, (workers + 1) // 2
@@ -626,11 +641,15 @@ def matmul_share(weight, panels, x, y, rows, row_block, worker, workers, forward
         taken += 1
         row_begin = (first + offset) * row_block
         row_end = min(num_rows, row_begin + row_block)
+        weight_end = min(row_end, tail_begin)
         panel_begin = -(-row_begin // width)
         panel_end = min(panels.shape[0], row_end // width)
         if not use_panels or panel_begin >= panel_end:
-            _dot_walk(weight, x, y, rows, row_begin, row_end)
-            continue
-        _dot_walk(weight, x, y, rows, row_begin, panel_begin * width)
-        _panel_walk(panels, x, y, rows, panel_begin, panel_end)
-        _dot_walk(weight, x, y, rows, panel_end * width, row_end)
+            _dot_walk(weight, x, y, rows, row_begin, weight_end)
+        else:
+            _dot_walk(weight, x, y, rows, row_begin, panel_begin * width)
+            _panel_walk(panels, x, y, rows, panel_begin, panel_end)
+            _dot_walk(weight, x, y, rows, panel_end * width, weight_end)
+        if weight_end < row_end:
+            _dot_walk(tail, x, y[:, tail_begin:], rows, weight_end - tail_begin,
+                      row_end - tail_begin)

@@ -98,8 +98,19 @@ def test_explain_with_grad_prints_the_backward_ilir_roots_first():
     text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)
     backward = text[text.index("== backward ILIR (cpu) =="):]
     assert "for b in [0, (num_batches - 1)):" in backward
-    assert "grad_U_iou" in backward and "batch_x_U_iou_T" in backward
+    assert "grad_U_iou" in backward and "batch_x_U_f_T" in backward
     assert "the backward is one call of the numba parallel kernel" in backward
+
+
+def test_a_transposed_product_reads_its_vectors_where_the_weights_gradient_rows_hold_them():
+    """`U_iouᵀ g`, whose g is also the first vector of U_iou's gradient, a row per node, reads
+    those rows from the batch's first node on: no packed copy of g."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)
+    backward = text[text.index("== backward ILIR (cpu) =="):]
+    product = next(line for line in backward.splitlines() if "= Σ_k pT_U_iou[r, k]" in line)
+    assert "batch_grad_U_iou_" in product and "_a[begin + s, k]" in product
+    assert "batch_x_U_iou_T" not in backward
 
 
 def test_the_backward_reads_the_products_the_forward_kept_by_default():

@@ -51,6 +51,13 @@ class GradientRow:
     row: object
     columns: bool = False
 
+    @property
+    def node_row(self):
+        """The array whose row of the node holds the value's elements in order (None: a
+        column each), which a product can read in place of a packed copy
+        (`PassLowering.rows_stored`)."""
+        return None if self.columns or self.row != Var("node") else self.array
+
     def stores(self, lowering, emitter, value, position, element):
         at = (element, self.row) if self.columns else (self.row, element)
         return [Store(self.array, at, emitter.element(value, element, position))]

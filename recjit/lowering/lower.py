@@ -397,8 +397,23 @@ def contraction_segments(ops, matrix, operand, columns):
     """Ranges of the contraction index k over which both operands keep one definition."""
     inner = ops[matrix].shape[-1]
     points = {point % inner for point in breakpoints(ops, matrix)}
-    points |= _rows_split(breakpoints(ops, operand), columns)
+    points |= _operand_rows_split(ops, operand, columns)
     return _ranges({0, inner} | {point for point in points if 0 < point < inner})
+
+
+def _operand_rows_split(ops, operand, columns):
+    """The rows of a product's `operand` (k, the contraction index) where the sum down one
+    of its columns must split, because the operand's definition changes there. A transposed
+    matrix's column is a row of the original, which changes only where the original does
+    within a row: the transposed concatenation of two children's matrices (an MV-RNN
+    weight's gradient, Σ_k g[i, k] M[j, k]) splits none, where every row holds a change,
+    and `_rows_split` split the sum at every k (64 one-term loops an element at H = 64).
+    Any other operand: `_rows_split`."""
+    op = ops[operand]
+    if op.kind == "transpose" and columns > 1:
+        inner = op.shape[0]
+        return {point % inner for point in breakpoints(ops, op.args[0])}
+    return _rows_split(breakpoints(ops, operand), columns)
 
 
 def segments(ops, values, size):

@@ -19,7 +19,8 @@ backward pass, and an Adagrad update. Contestants:
 - DyNet autobatch: one graph for the batch, `dy.AdagradTrainer`.
 
 Also: the pullback against the forward run (TreeLSTM h256, 10 trees, Cortex's inference
-setting), the pullback's rate at h512 against the matmul roof, VPPS's setting (X=H=256,
+setting; and every model of the inference benchmark's zoo at its smaller size, 10 trees,
+grids or sequences), the pullback's rate at h512 against the matmul roof, VPPS's setting (X=H=256,
 batches of 1, 10 and 25), per-tree gradients against one batch gradient and against a
 PyTorch loop of per-tree backward passes, the jacobian of each root's h with respect to the
 leaves' embeddings against a loop of pullbacks, the memory the backward keeps, an epoch of
@@ -32,6 +33,7 @@ NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit 
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores
 recjit's kernels need (docs/training.md: 59 ms a step instead of 13 on 2 cores)."""
 import argparse
+import importlib
 import math
 import os
 import platform
@@ -55,7 +57,8 @@ from recjit.lowering.backward import row_counts  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
 
-from bench import _gpu_line, flops, gpu_facts, write_results  # noqa: E402
+from bench import (ZOO, _gpu_line, batches as zoo_forests, flops, gpu_facts,  # noqa: E402
+                   write_results)
 from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
 from peers.torch_peers import TorchOps  # noqa: E402
 from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
@@ -66,6 +69,7 @@ LR, EMBEDDING_LR, EPSILON = 0.05, 0.1, 1e-10  # Adagrad as train_sst.py sets it 
 CELL_PARAMETERS = CELLS["childsum"][1]
 RUN_H256 = "pullback against run (TreeLSTM h256, 10 trees)"
 BACKWARD_H512 = "the backward against the matmul roof (TreeLSTM h512, 10 trees; ≥ 50% asked)"
+ZOO_PULLBACKS = "zoo pullbacks"
 
 
 def median_ms(step, batches, rounds):
@@ -427,6 +431,29 @@ def pullback_against_run(hidden, batch, repeat):
             "pullback GFLOP/s": work / back / 1e6}
 
 
+def zoo_pullbacks(trees, repeat):
+    """{model: {hidden, run ms, pullback ms, pullback / run}} for each model of the inference
+    benchmark's zoo at its smaller hidden size, on a forest of 10 trees (grids, sequences) as
+    that benchmark builds it: every model that compiles trains, at the size it runs at."""
+    rows = {}
+    for benchmark in ZOO:
+        module = importlib.import_module(benchmark.name)
+        model, hidden = getattr(module, benchmark.name), benchmark.hidden[0]
+        forest, = zoo_forests(benchmark, trees, 10, 1, hidden)
+        vocab_size = int(forest.fields["word"].max()) + 1 if "word" in forest.fields else 1
+        p = module.make_params(hidden, vocab_size, "float32")
+        out, pullback = model.vjp(forest, p)
+        roots = tuple(np.ones_like(state) for state in out.roots)
+        run = median_ms(lambda _, model=model, forest=forest, p=p: model.run(forest, p),
+                        [None] * repeat, 1)
+        back = median_ms(lambda _, pullback=pullback, roots=roots: pullback(roots=roots),
+                         [None] * repeat, 1)
+        rows[benchmark.name] = {"hidden": hidden, "run ms": run, "pullback ms": back,
+                                "pullback / run": back / run}
+        print(f"  {benchmark.name}: {rows[benchmark.name]}", flush=True)
+    return rows
+
+
 def matmul_roof_on_every_core():
     """bench.py's float32 matmul roof, in a process of its own whose BLAS has every core (this
     one gives it one thread, above)."""
@@ -518,7 +545,8 @@ def markdown(results):
     lines = [f"# recjit training benchmark: {results['machine']}", "",
              f"{results['cpu']}; {results['versions']}"
              + (f"; GPU {_gpu_line(results['gpu'])}" if results.get("gpu") else "")]
-    sections = (("training step", step_lines), ("vpps", vpps_lines), ("epoch", epoch_lines))
+    sections = (("training step", step_lines), ("vpps", vpps_lines), ("epoch", epoch_lines),
+                (ZOO_PULLBACKS, zoo_lines))
     for key, section in sections:
         if key in results:
             lines += [""] + section(results[key])
@@ -572,6 +600,16 @@ def epoch_lines(epoch):
     return lines
 
 
+def zoo_lines(rows):
+    title = ("## Every zoo model's pullback against its run (10 trees, the inference "
+             "benchmark's smaller size)")
+    lines = [title, "", "| model | hidden | run ms | pullback ms | pullback / run |",
+             "|---|---|---|---|---|"]
+    lines += [(f"| {name} | {row['hidden']} | {row['run ms']:.3f} | {row['pullback ms']:.3f} "
+               f"| {row['pullback / run']:.2f} |") for name, row in rows.items()]
+    return lines
+
+
 def vpps_rows(lines, vocab, count, rounds, on_gpu):
     """{batch size: {contestant: {"ms": median ms a step}}} in VPPS's setting, X=H=256; with
     `on_gpu`, recjit's and PyTorch level-batched's steps on the GPU too, the parameters kept
@@ -594,12 +632,14 @@ def vpps_rows(lines, vocab, count, rounds, on_gpu):
 
 
 def other_rows(args, lines, vocab, batches):
-    """The pullback against the run, per-tree gradients, the jacobian, the memory, an epoch
-    and a DDP epoch."""
+    """The pullback against the run (TreeLSTM, and every zoo model), per-tree gradients, the
+    jacobian, the memory, an epoch and a DDP epoch."""
     quick = args.quick
     initial = initial_parameters(len(vocab), 300, 150, seed=0)
     results = {RUN_H256: pullback_against_run(256, 10, 20 if quick else 50),
                BACKWARD_H512: backward_against_roof(10 if quick else 30)}
+    print("every zoo model's pullback against its run:", flush=True)
+    results[ZOO_PULLBACKS] = zoo_pullbacks(lines, 10 if quick else 30)
     results["per-tree gradients"] = per_tree_rows(lines[:25], vocab, initial, 4 if quick else 12)
     results["jacobian"] = jacobian_rows(batches, initial, 4 if quick else 8)
     results["memory"] = backward_memory(batches[0], initial)

@@ -413,6 +413,16 @@ def ddp_epochs(data, limit):
     return rows
 
 
+def run_and_pullback_ms(model, forest, p, repeat):
+    """(median ms of `model.run`, of a pullback of unit root cotangents) on `forest`, and
+    those cotangents."""
+    out, pullback = model.vjp(forest, p)
+    roots = tuple(np.ones_like(state) for state in out.roots)
+    run = median_ms(lambda _: model.run(forest, p), [None] * repeat, 1)
+    back = median_ms(lambda _: pullback(roots=roots), [None] * repeat, 1)
+    return run, back, roots
+
+
 def pullback_against_run(hidden, batch, repeat):
     """Run, pullback and vjp ms for TreeLSTM on `batch` generated SST-like trees, and the
     pullback's rate: twice the forward's multiply-adds (each product's Wᵀg and g xᵀ), leaf
@@ -420,10 +430,7 @@ def pullback_against_run(hidden, batch, repeat):
     from tree_lstm import make_params, tree_lstm
     p = make_params(hidden, 1000, "float32", 0)
     forest = rj.Forest.random_binary(batch, seed=1, vocab_size=1000)
-    out, pullback = tree_lstm.vjp(forest, p)
-    roots = tuple(np.ones_like(state) for state in out.roots)
-    run = median_ms(lambda _: tree_lstm.run(forest, p), [None] * repeat, 1)
-    back = median_ms(lambda _: pullback(roots=roots), [None] * repeat, 1)
+    run, back, roots = run_and_pullback_ms(tree_lstm, forest, p, repeat)
     whole = median_ms(lambda _: tree_lstm.vjp(forest, p)[1](roots=roots), [None] * repeat, 1)
     work = 2 * flops(tree_lstm.compile(forest, p), tree_lstm.linearize(forest))
     return {"run ms": run, "pullback ms": back, "vjp and pullback ms": whole,
@@ -442,12 +449,7 @@ def zoo_pullbacks(trees, repeat):
         forest, = zoo_forests(benchmark, trees, 10, 1, hidden)
         vocab_size = int(forest.fields["word"].max()) + 1 if "word" in forest.fields else 1
         p = module.make_params(hidden, vocab_size, "float32")
-        out, pullback = model.vjp(forest, p)
-        roots = tuple(np.ones_like(state) for state in out.roots)
-        run = median_ms(lambda _, model=model, forest=forest, p=p: model.run(forest, p),
-                        [None] * repeat, 1)
-        back = median_ms(lambda _, pullback=pullback, roots=roots: pullback(roots=roots),
-                         [None] * repeat, 1)
+        run, back, _ = run_and_pullback_ms(model, forest, p, repeat)
         rows[benchmark.name] = {"hidden": hidden, "run ms": run, "pullback ms": back,
                                 "pullback / run": back / run}
         print(f"  {benchmark.name}: {rows[benchmark.name]}", flush=True)

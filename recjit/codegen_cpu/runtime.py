@@ -504,8 +504,8 @@ def transposed_panels(weight, room):
 def tail_rows(weight, panels):
     """The rows of a parameter read transposed (`pT_W`, columns not adjacent) after its
     whole panels, copied so that their columns are adjacent: the dot blocks read such a row
-    as it lies an element at a time, and H=150's last 6 rows of 150 took as long as its 144
-    in panels. None for a weight whose columns are adjacent, which they read as it lies."""
+    as it lies an element at a time, many times slower than as vectors. No rows for a weight
+    whose columns are adjacent, which they read as it lies."""
     first = weight.shape[0]
     if weight.strides[1] != weight.itemsize:
         first = panels.shape[0] * panels.shape[2]
@@ -607,9 +607,8 @@ def matmul_share(weight, panels, tail, x, y, rows, row_block, worker, workers, f
     whole panels go through `panel_rows`' walk (when the run packed any, and y's columns are
     adjacent), the others `matmul_rows`', those from `tail`'s first on (`tail_rows`: the
     weight's last rows, their columns adjacent) read from it. The walks are inlined, not
-    called: a call to
-    another cached runtime function could land in the copy of it that numba links into this
-    one and optimizes again, and that copy of `panel_rows` ran about half as slow again,
+    called: a call to another cached runtime function could land in the copy of it that
+    numba links into this one and optimizes again, and that copy of `panel_rows` ran about half as slow again,
     depending on which function a process happened to load first."""
     num_rows = weight.shape[0]
     tail_begin = num_rows - tail.shape[0]

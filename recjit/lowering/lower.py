@@ -690,8 +690,8 @@ class PassLowering:
         target puts a vector's elements in order in the node's row of an array
         (`node_row`), the pass's nodes consecutive: a product after that loop's barrier can
         read them there (a backward's `Wᵀ g`, whose g is also a row of W's gradient), and
-        the loop stores one stream fewer, which LLVM vectorized where a packed copy beside
-        it kept the loop scalar (binary TreeLSTM h256's backward: 1.71 → 1.39 ms)."""
+        the loop stores one array fewer: LLVM vectorized binary TreeLSTM's backward loop
+        only without the packed copy beside the gradient rows (benchmarks/README.md)."""
         first = self.first_of_slots()
         if first is False:
             return {}

@@ -36,9 +36,10 @@ def choices(choice, size, most, seconds_on, calls):
 
 
 def test_a_thread_choice_tries_both_counts_then_keeps_the_faster_probing_the_other():
+    tries = 2 * ThreadChoice.TRIES
     picked = choices(ThreadChoice(), 100, 2, {2: 1.0, 1: 2.0}, 66)
-    assert picked[:2] == [2, 1]
-    assert picked.count(1) == 1 + 2 and picked[ThreadChoice.PROBE - 1] == 1  # the probes
+    assert picked[:tries] == [2, 1] * ThreadChoice.TRIES
+    assert picked[tries:].count(1) == 2 and picked[ThreadChoice.PROBE - 1] == 1  # the probes
 
 
 def test_a_thread_choice_moves_to_one_thread_when_all_become_slow():
@@ -47,10 +48,18 @@ def test_a_thread_choice_moves_to_one_thread_when_all_become_slow():
     assert choices(choice, 100, 2, {2: 5.0, 1: 2.0}, 10)[-5:] == [1] * 5
 
 
+def test_a_thread_choice_is_not_held_by_one_slow_call():
+    choice = ThreadChoice()
+    choice.took(100, 2, 100.0)  # the first call on all the threads, ten times as long
+    picked = choices(choice, 100, 2, {2: 1.0, 1: 2.0}, 20)
+    assert picked[-10:] == [2] * 10
+
+
 def test_a_thread_choice_keeps_each_size_class_apart_and_one_thread_when_allowed_one():
     choice = ThreadChoice()
     choices(choice, 10, 2, {2: 5.0, 1: 1.0}, 10)
-    assert choices(choice, 1000, 2, {2: 1.0, 1: 5.0}, 5)[2:] == [2, 2, 2]
+    tries = 2 * ThreadChoice.TRIES
+    assert choices(choice, 1000, 2, {2: 1.0, 1: 5.0}, tries + 3)[tries:] == [2, 2, 2]
     assert choices(choice, 10, 1, {1: 1.0}, 3) == [1, 1, 1]
 
 

@@ -11,8 +11,10 @@ A `Launcher` also chooses, per size of input, between all the threads it may use
 a machine where other processes hold the cores (a test suite, another training run), a
 parallel call waits at every barrier for a thread that is off its core, and one thread is
 faster (`ThreadChoice`)."""
+import collections
 import math
 import os
+import statistics
 import threading
 import time
 
@@ -43,15 +45,19 @@ def forked_after_threads_started():
 
 class ThreadChoice:
     """Between all the threads a call may use and one, the faster for inputs of one size
-    class (a power of two of `size`), by the mean time of recent calls on each (an
-    exponential average): every `PROBE`-th call tries the other count, so that the choice
-    follows the machine as its load comes and goes. Results do not depend on the count."""
+    class (a power of two of `size`), by the median time of each count's last `WINDOW`
+    calls. Each count is tried `TRIES` times first, in turn; then every `PROBE`-th call tries
+    the slower, so that the choice follows the machine as its load comes and goes. A median,
+    not a mean: one call that ran ten times as long (a thread off its core at a barrier,
+    memory touched for the first time) held a mean up for hundreds of calls, and with it a
+    process on one thread on a quiet machine. Results do not depend on the count."""
 
     PROBE = 32
-    WEIGHT = 0.25  # of the newest time in the average
+    TRIES = 3
+    WINDOW = 5
 
     def __init__(self):
-        self.seconds = {}  # (size class, threads) -> mean seconds a call
+        self.seconds = {}  # (size class, threads) -> the seconds of its last WINDOW calls
         self.calls = {}  # size class -> calls so far
 
     def threads(self, size, most):
@@ -60,16 +66,16 @@ class ThreadChoice:
             return 1
         kind = self.size_class(size)
         calls = self.calls[kind] = self.calls.get(kind, 0) + 1
-        many, one = (self.seconds.get((kind, count)) for count in (most, 1))
-        if many is None or one is None:  # try each once first
-            return most if many is None else 1
-        faster, slower = (most, 1) if many <= one else (1, most)
+        many, one = (self.seconds.get((kind, count), ()) for count in (most, 1))
+        if min(len(many), len(one)) < self.TRIES:  # try each in turn first
+            return most if len(many) <= len(one) else 1
+        faster, slower = (most, 1) if statistics.median(many) <= statistics.median(one) \
+            else (1, most)
         return slower if calls % self.PROBE == 0 else faster
 
     def took(self, size, threads, seconds):
         key = (self.size_class(size), threads)
-        mean = self.seconds.get(key)
-        self.seconds[key] = seconds if mean is None else mean + self.WEIGHT * (seconds - mean)
+        self.seconds.setdefault(key, collections.deque(maxlen=self.WINDOW)).append(seconds)
 
     @staticmethod
     def size_class(size):

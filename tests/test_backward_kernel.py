@@ -265,6 +265,28 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
         assert gradient.flags.c_contiguous
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("a_width, b_width", [(7, 5), (50, 40), (3, 16)])
+def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a_width,
+                                                                         b_width):
+    """Σ a[n] ⊗ b[n] over each tree's rows, whatever their order, with b's columns beyond
+    its whole panels (5, 40), none beyond (16 float32), more rows of a than one task takes
+    (50), and a tree without rows."""
+    p = tree_lstm_params(HIDDEN, VOCAB, dtype, 1)
+    pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
+    rng = np.random.default_rng(a_width)
+    owners = rng.permutation(np.repeat([0, 1, 3], [5, 13, 2]))  # tree 2 has none
+    a_rows = rng.normal(size=(owners.size, a_width)).astype(dtype)
+    b_rows = rng.normal(size=(owners.size, b_width)).astype(dtype)
+    order = np.argsort(owners, kind="stable")
+    bounds = np.searchsorted(owners[order], np.arange(5))
+    totals = pullback.compiled.weight_gradients_by_tree(a_rows, b_rows, order, bounds)
+    for tree in range(4):
+        rows = owners == tree
+        np.testing.assert_allclose(totals[tree], a_rows[rows].T @ b_rows[rows],
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_transposed_weights_whose_rows_alias_in_the_cache_are_packed_and_still_right():
     """TreeRNN's W and U, 128 float64 (1 KiB) a row, read-only, read transposed by the
     backward over a forest of 64 nodes or more: packed into panels of its own first, the

@@ -37,10 +37,11 @@ def _parameters(name, dtype):
     return {"matmul_rows": (read, read, matrix, index, index, index),
             "matmul_share": (read, read_panels, read, read, matrix, index, index, index,
                              index, types.boolean, counters, counters),
-            "pack_share": (read, panels, index, index, index)}[name]
+            "pack_share": (read, panels, index, index, index),
+            "panel_rows": (read_panels, read, matrix, index, index, index)}[name]
 
 
-PRODUCTS = ("matmul_rows", "matmul_share", "pack_share")
+PRODUCTS = ("matmul_rows", "matmul_share", "pack_share", "panel_rows")
 
 
 def _symbol(name, dtype):
@@ -102,6 +103,11 @@ def matmul_share(typingctx, weight, panels, tail, x, y, rows, row_block, worker,
 
 
 @intrinsic
+def panel_rows(typingctx, panels, x, y, rows, panel_begin, panel_end):
+    return _call_by_symbol("panel_rows", typingctx, (panels, x, y, rows, panel_begin, panel_end))
+
+
+@intrinsic
 def pack_share(typingctx, weight, panels, row_block, worker, workers):
     return _call_by_symbol("pack_share", typingctx, (weight, panels, row_block, worker, workers))
 
@@ -136,45 +142,47 @@ def weight_gradient(workers, a_rows, x_columns, y, row_block):
                      workers, True, claimed, starts)
 
 
+# The rows of a tree's gradient one task of `weight_gradients_by_tree` takes: a multiple of the
+# six rows an outer-product pass takes.
+TREE_ROW_BLOCK = 48
+
+
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
 def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     """totals[t] = Σ a[n] ⊗ b[n] over the rows n = order[bounds[t]:bounds[t + 1]] of tree
-    t: per-tree weight gradients. A task is a tree and four rows of its gradient, which stay
-    in L1 while the tree's nodes pass four at a time, each b element loaded once for 16
-    multiply-adds; tasks (trees times row quads) are shared among the threads (`workers`
-    of them, as numba's count is set), which a few dozen trees of unequal size would not
-    balance."""
+    t: per-tree weight gradients, each tree's a product whose contraction runs over its
+    rows, through the kernels' outer-product blocks (`panel_rows`). The rows are gathered in
+    tree order first, so that tree t's b rows, cut in two vectors' worth of columns, are its
+    product's panels as they lie (`row_panels`), and its a rows, read transposed, the
+    product's x. b's last columns short of a whole panel go through a panel of their own,
+    zero-padded, into scratch rows. A task is a tree and `TREE_ROW_BLOCK` rows of its
+    gradient, whole rows, so that no two threads touch one page of a new `totals` for the
+    first time at once (tasks of a panel each, a column strip of every row, took 60% longer
+    so); consecutive tasks are different trees, so that the threads' even shares of the
+    tasks (`workers` of them, as numba's count is set) hold trees of every size."""
     rows, columns = a_rows.shape[1], b_rows.shape[1]
-    quads = -(-rows // 4)
-    for task in numba.prange(totals.shape[0] * quads):
-        tree, i = task // quads, task % quads * 4
-        total = totals[tree]
-        last = min(i + 4, rows)
-        total[i:last] = 0
+    a = np.empty((order.size, rows), dtype=a_rows.dtype)
+    b = np.empty((order.size, columns), dtype=b_rows.dtype)
+    for row in numba.prange(order.size):
+        a[row] = a_rows[order[row]]
+        b[row] = b_rows[order[row]]
+    width = 2 * runtime.VECTOR_BYTES // b.itemsize
+    whole, left = columns // width, columns % width
+    trees, blocks = totals.shape[0], -(-rows // TREE_ROW_BLOCK)
+    for task in numba.prange(trees * blocks):
+        tree, block = task % trees, task // trees
         first, end = bounds[tree], bounds[tree + 1]
-        if last - i == 4:
-            while first + 4 <= end:
-                n0, n1, n2, n3 = order[first], order[first + 1], order[first + 2], order[first + 3]
-                a00, a01, a02, a03 = a_rows[n0, i], a_rows[n1, i], a_rows[n2, i], a_rows[n3, i]
-                a10, a11, a12, a13 = (a_rows[n0, i + 1], a_rows[n1, i + 1], a_rows[n2, i + 1],
-                                      a_rows[n3, i + 1])
-                a20, a21, a22, a23 = (a_rows[n0, i + 2], a_rows[n1, i + 2], a_rows[n2, i + 2],
-                                      a_rows[n3, i + 2])
-                a30, a31, a32, a33 = (a_rows[n0, i + 3], a_rows[n1, i + 3], a_rows[n2, i + 3],
-                                      a_rows[n3, i + 3])
-                for j in range(columns):
-                    b0, b1, b2, b3 = b_rows[n0, j], b_rows[n1, j], b_rows[n2, j], b_rows[n3, j]
-                    total[i, j] += a00 * b0 + a01 * b1 + a02 * b2 + a03 * b3
-                    total[i + 1, j] += a10 * b0 + a11 * b1 + a12 * b2 + a13 * b3
-                    total[i + 2, j] += a20 * b0 + a21 * b1 + a22 * b2 + a23 * b3
-                    total[i + 3, j] += a30 * b0 + a31 * b1 + a32 * b2 + a33 * b3
-                first += 4
-        for row in range(first, end):  # the nodes left over, and a last quad of fewer rows
-            n = order[row]
-            for k in range(i, last):
-                a = a_rows[n, k]
-                for j in range(columns):
-                    total[k, j] += a * b_rows[n, j]
+        row_begin = block * TREE_ROW_BLOCK
+        row_end = min(rows, row_begin + TREE_ROW_BLOCK)
+        x = a[first:end, row_begin:row_end].T
+        y = totals[tree, row_begin:row_end]
+        panel_rows(row_panels(b[first:end].T), x, y, row_end - row_begin, 0, whole)
+        if left > 0:
+            last = np.zeros((1, end - first, width), dtype=b.dtype)
+            last[0, :, :left] = b[first:end, whole * width:]
+            scratch = np.empty((row_end - row_begin, width), dtype=totals.dtype)
+            panel_rows(last, x, scratch, row_end - row_begin, 0, 1)
+            y[:, whole * width:] = scratch[:, :left]
 
 
 # The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.

@@ -14,6 +14,7 @@ from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
+from recjit.codegen_cpu import calls
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
 from recjit.lowering import ilir
@@ -263,6 +264,22 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
     np.testing.assert_allclose(gradient, a_rows.T @ b_rows, rtol=1e-12, atol=1e-12)
     if a_width == 128:
         assert gradient.flags.c_contiguous
+
+
+def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it():
+    """The same sums, to the bit, from one worker or two: a process forked after a run
+    computes on one thread, and `torch.autograd.gradcheck` asks a backward twice for one
+    answer. a's 20 columns are two whole float64 panels and a padded one; b's 50 rows split
+    into passes of six either way."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)  # exports the products
+    rng = np.random.default_rng(5)
+    a_rows, b_rows = rng.normal(size=(37, 20)), rng.normal(size=(37, 50))
+    products = [np.empty((50, 20)) for _ in range(2)]
+    for workers, product in zip((1, 2), products):
+        calls.weight_gradient(workers, a_rows, b_rows, product, 32)
+    np.testing.assert_array_equal(products[0], products[1])
+    np.testing.assert_allclose(products[0], b_rows.T @ a_rows, rtol=1e-12)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])

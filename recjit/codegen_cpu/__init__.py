@@ -16,7 +16,6 @@ from .launch import Launcher
 
 guard_caches(runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
-_transpose = Launcher(calls.transpose, "recjit_cpu_transpose")
 _weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
                                      "recjit_cpu_weight_gradients_by_tree")
 
@@ -158,19 +157,17 @@ class CpuBackward(GeneratedKernel):
 
     def weight_gradient(self, a_rows, b_rows):
         """Σ a ⊗ b over the rows (a node's each) of a `GradientRows` pair: one product whose
-        contraction runs over the nodes. One side's rows are the product's weight as they
-        lie (`calls.weight_gradient`); the other is transposed into columns, in tiles
-        (`calls.transpose`), so that the nodes are contiguous. The weight is the wider side,
-        unless that is `a` and its rows' bytes are a multiple of `runtime.ALIASED_STRIDE`: the
-        product would then come out transposed, and the C-ordered copy the gradient is
-        returned as would read it at a stride that falls into a few cache sets (a 1536 × 512
-        gradient's copy took 1 ms, its product 1.3); `b` is the weight then, and the product
-        comes out as the gradient lies."""
+        contraction runs over the nodes, both sides read as they lie (`calls.weight_gradient`).
+        The weight is the wider side, unless that is `a` and its rows' bytes are a multiple of
+        `runtime.ALIASED_STRIDE`: the product would then come out transposed, and the
+        C-ordered copy the gradient is returned as would read it at a stride that falls into a
+        few cache sets (a 1536 × 512 gradient's copy took 1 ms, its product 1.3); `b` is the
+        weight then, and the product comes out as the gradient lies."""
         a_is_weight = a_rows.shape[1] >= b_rows.shape[1] and (
             a_rows.shape[1] * a_rows.itemsize % runtime.ALIASED_STRIDE != 0)
         weight, other = (a_rows, b_rows) if a_is_weight else (b_rows, a_rows)
         product = np.empty((other.shape[1], weight.shape[1]), dtype=self.dtype)
-        _weight_gradient(weight, self.columns_of(other), product, self.row_block,
+        _weight_gradient(weight, other, product, self.row_block,
                          size=product.size * weight.shape[0])
         return product.T if a_is_weight else product
 
@@ -180,10 +177,3 @@ class CpuBackward(GeneratedKernel):
         totals = np.empty((bounds.size - 1, a_rows.shape[1], b_rows.shape[1]), self.dtype)
         _weight_gradients_by_tree(a_rows, b_rows, order, bounds, totals, size=totals.size)
         return totals
-
-    @staticmethod
-    def columns_of(rows):
-        """`rows` (a node's vector each) as a C-contiguous array of a node's vector a column."""
-        columns = np.empty(rows.shape[::-1], dtype=rows.dtype)
-        _transpose(rows, columns, size=rows.size)
-        return columns

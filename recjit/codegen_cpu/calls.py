@@ -118,28 +118,57 @@ transposed_panels, tail_rows = runtime.transposed_panels, runtime.tail_rows
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-def weight_gradient(workers, a_rows, x_columns, y, row_block):
-    """y[j, i] = Σ_n a[n, i] · x[j, n], a weight's gradient Σ a ⊗ x over every node, with the
-    kernels' own product (`matmul_share`): `a_rows` a node's vector a row, as the CPU's
-    backward kernel writes them, which read transposed are the product's weight and its
+def weight_gradient(workers, a_rows, b_rows, y, row_block):
+    """y[j, i] = Σ_n a[n, i] · b[n, j], a weight's gradient Σ a ⊗ b over every node, with the
+    kernels' own product (`matmul_share`), both sides a node's vector a row, as the CPU's
+    backward kernel writes them. Read transposed, `a_rows` are the product's weight and its
     panels as they lie (`transposed_panels`: no transposition, no packing, unless the rows
     are a multiple of 1 KiB apart, whose products ran 4–10% faster packed at 512 floats:
-    `transposed_room`), its rows after the whole panels copied (`tail_rows`);
-    `x_columns` a node's vector a column. Its threads are the kernels' own, so it does not
-    wait on another pool's threads spinning on the same cores, as a NumPy product after a
-    kernel did."""
+    `transposed_room`), and `b_rows` its x: an outer-product block reads x an element at a
+    time, six adjacent ones of a row of b per node, so b needs no transposition. a's columns
+    after its whole panels, which the dot blocks would read an element at a time, are
+    zero-padded panels of their own (`padded_panels`), multiplied into scratch columns. Its threads are the
+    kernels' own, so it does not wait on another pool's threads spinning on the same cores,
+    as a NumPy product after a kernel did."""
     weight = a_rows.T
+    x = b_rows.T
     room = transposed_room(weight, True)
     if room.shape[0] > 0:
         for worker in numba.prange(workers):
             pack_rows_share(weight, room, worker, workers)
     panels = transposed_panels(weight, room)
-    tail = tail_rows(weight, panels)
-    claimed = np.zeros(workers, dtype=np.int64)
-    starts = np.zeros(workers, dtype=np.int64)
-    for worker in numba.prange(workers):
-        matmul_share(weight, panels, tail, x_columns, y, x_columns.shape[0], row_block, worker,
-                     workers, True, claimed, starts)
+    width = 2 * runtime.VECTOR_BYTES // a_rows.itemsize
+    whole = panels.shape[0] * width
+    columns = x.shape[0]
+    if whole > 0:
+        claimed = np.zeros(workers, dtype=np.int64)
+        starts = np.zeros(workers, dtype=np.int64)
+        no_tail = weight[:0]
+        for worker in numba.prange(workers):
+            matmul_share(weight[:whole], panels, no_tail, x, y[:, :whole], columns, row_block,
+                         worker, workers, True, claimed, starts)
+    left = weight.shape[0] - whole
+    if left > 0:
+        last = padded_panels(a_rows, whole, width)
+        scratch = np.empty((columns, last.shape[0] * width), dtype=y.dtype)
+        passes = columns // 6  # whole passes of six, so that each row takes the pass it
+        for worker in numba.prange(workers):  # takes on one thread: the same sums
+            first = worker * passes // workers * 6
+            end = columns if worker == workers - 1 else (worker + 1) * passes // workers * 6
+            panel_rows(last, x[first:end], scratch[first:end], end - first, 0, last.shape[0])
+        y[:, whole:] = scratch[:, :left]
+
+
+@numba.njit(nogil=True, cache=True)
+def padded_panels(rows, first, width):
+    """Columns `first` on of `rows` as panels of `width` columns, the last padded with zeros:
+    panels[p, n, c] = rows[n, first + p · width + c]."""
+    left = rows.shape[1] - first
+    panels = np.zeros((-(-left // width), rows.shape[0], width), dtype=rows.dtype)
+    for n in range(rows.shape[0]):
+        for column in range(left):
+            panels[column // width, n, column % width] = rows[n, first + column]
+    return panels
 
 
 # The rows of a tree's gradient one task of `weight_gradients_by_tree` takes: a multiple of the
@@ -154,8 +183,8 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     rows, through the kernels' outer-product blocks (`panel_rows`). The rows are gathered in
     tree order first, so that tree t's b rows, cut in two vectors' worth of columns, are its
     product's panels as they lie (`row_panels`), and its a rows, read transposed, the
-    product's x. b's last columns short of a whole panel go through a panel of their own,
-    zero-padded, into scratch rows. A task is a tree and `TREE_ROW_BLOCK` rows of its
+    product's x. b's columns after its whole panels go through zero-padded panels of their
+    own (`padded_panels`), into scratch rows. A task is a tree and `TREE_ROW_BLOCK` rows of its
     gradient, whole rows, so that no two threads touch one page of a new `totals` for the
     first time at once (tasks of a panel each, a column strip of every row, took 60% longer
     so); consecutive tasks are different trees, so that the threads' even shares of the
@@ -167,7 +196,6 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
         a[row] = a_rows[order[row]]
         b[row] = b_rows[order[row]]
     width = 2 * runtime.VECTOR_BYTES // b.itemsize
-    whole, left = columns // width, columns % width
     trees, blocks = totals.shape[0], -(-rows // TREE_ROW_BLOCK)
     for task in numba.prange(trees * blocks):
         tree, block = task % trees, task // trees
@@ -176,32 +204,11 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
         row_end = min(rows, row_begin + TREE_ROW_BLOCK)
         x = a[first:end, row_begin:row_end].T
         y = totals[tree, row_begin:row_end]
-        panel_rows(row_panels(b[first:end].T), x, y, row_end - row_begin, 0, whole)
-        if left > 0:
-            last = np.zeros((1, end - first, width), dtype=b.dtype)
-            last[0, :, :left] = b[first:end, whole * width:]
-            scratch = np.empty((row_end - row_begin, width), dtype=totals.dtype)
-            panel_rows(last, x, scratch, row_end - row_begin, 0, 1)
-            y[:, whole * width:] = scratch[:, :left]
-
-
-# The side of the square tiles `transpose` copies: 16 float32 of a row are one 64-byte line.
-TRANSPOSE_TILE = 16
-
-
-@numba.njit(parallel=True, nogil=True, cache=True)
-def transpose(workers, rows, columns):
-    """columns[j, i] = rows[i, j], a tile of TRANSPOSE_TILE × TRANSPOSE_TILE at a time, so
-    that both sides are read and written a cache line at a time; the workers take every
-    `workers`-th tile."""
-    count, width = rows.shape
-    across = -(-width // TRANSPOSE_TILE)
-    tiles = -(-count // TRANSPOSE_TILE) * across
-    for worker in numba.prange(workers):
-        for tile in range(worker, tiles, workers):
-            first_row, first_column = (tile // across * TRANSPOSE_TILE,
-                                       tile % across * TRANSPOSE_TILE)
-            for j in range(first_column, min(width, first_column + TRANSPOSE_TILE)):
-                for i in range(first_row, min(count, first_row + TRANSPOSE_TILE)):
-                    columns[j, i] = rows[i, j]
-
+        panels = row_panels(b[first:end].T)
+        whole = panels.shape[0] * width
+        panel_rows(panels, x, y, row_end - row_begin, 0, panels.shape[0])
+        if whole < columns:
+            last = padded_panels(b[first:end], whole, width)
+            scratch = np.empty((row_end - row_begin, last.shape[0] * width), dtype=y.dtype)
+            panel_rows(last, x, scratch, row_end - row_begin, 0, last.shape[0])
+            y[:, whole:] = scratch[:, :columns - whole]

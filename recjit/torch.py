@@ -8,9 +8,10 @@ pullback. `Module(model, **initial)` holds the parameters as `nn.Parameter`s.
 CPU tensors go in and come out without a copy (NumPy views of the same memory); with
 `backend="cuda"` the forward and the backward compute on the GPU from them. CUDA tensors
 (all of one device) compute on the GPU: the parameters, fields and context are read in place
-through `__cuda_array_interface__`, and the states and gradients come back as tensors on
-that device, through the host. A second derivative, which the pullback does not have, is
-refused."""
+through `__cuda_array_interface__`; the states come back as tensors on that device through
+the host, and the dense parameters' gradients stay on the device where the compiled backward
+sums them there (`pullback(device_output=True)`). A second derivative, which the pullback
+does not have, is refused."""
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -174,8 +175,10 @@ class _RecursiveFunction(torch.autograd.Function):
         as_arrays = [None if c is None else c.detach().cpu().numpy() for c in cotangents]
         nodes, roots = tuple(as_arrays[:count]), tuple(as_arrays[count:])
         single = count == 1 and not ctx.pullback.cell.state_is_tuple
+        on_device = (ctx.layout.device.type == "cuda"
+                     and getattr(ctx.pullback.compiled, "device_gradients", None) is not None)
         gradients = ctx.pullback(roots=roots[0] if single else roots,
-                                 nodes=nodes[0] if single else nodes)
+                                 nodes=nodes[0] if single else nodes, device_output=on_device)
         return (None,) + tuple(_gradients_of(ctx.layout, gradients))
 
 
@@ -220,8 +223,9 @@ def _as_tensor(gradient, like, sparse):
                 like.shape, dtype=like.dtype, device=like.device, is_coalesced=True,
                 check_invariants=False)
         gradient = gradient.to_dense()
-    return torch.as_tensor(np.asarray(gradient), dtype=like.dtype,
-                           device=like.device).reshape(like.shape)
+    if not hasattr(gradient, "__cuda_array_interface__"):  # a device array is read in place
+        gradient = np.asarray(gradient)
+    return torch.as_tensor(gradient, dtype=like.dtype, device=like.device).reshape(like.shape)
 
 
 class Module(torch.nn.Module):

@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 
 import recjit as rj
+from recjit.autodiff.pullback import Pullback
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params
 
 from conftest import nary_forests, seeds
@@ -308,6 +309,25 @@ def test_cuda_tensors_give_the_cpu_tensors_states_and_gradients_on_their_device(
         np.testing.assert_allclose(gpu[name].grad.to_dense().cpu().numpy(),
                                    cpu[name].grad.to_dense().numpy(), rtol=1e-10, atol=1e-12,
                                    err_msg=name)
+
+
+@needs_cuda_torch
+def test_a_cuda_modules_dense_gradients_stay_on_the_device(monkeypatch):
+    """The backward asks the pullback for its dense gradients on the GPU, where the compiled
+    backward sums them, not for a copy to the host and back."""
+    asked = []
+    call = Pullback.__call__
+
+    def recorded(self, *arguments, **options):
+        asked.append(options.get("device_output"))
+        return call(self, *arguments, **options)
+
+    monkeypatch.setattr(Pullback, "__call__", recorded)
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 c))"])
+    layer = module(sparse=("E",)).to("cuda")
+    layer(forest).roots[0].sum().backward()
+    assert asked == [True]
+    assert all(parameter.grad.device.type == "cuda" for parameter in layer.parameters())
 
 
 @needs_cuda_torch

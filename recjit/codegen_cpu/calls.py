@@ -127,9 +127,11 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
     `transposed_room`), and `b_rows` its x: an outer-product block reads x an element at a
     time, six adjacent ones of a row of b per node, so b needs no transposition. a's columns
     after its whole panels, which the dot blocks would read an element at a time, are
-    zero-padded panels of their own (`padded_panels`), multiplied into scratch columns. Its threads are the
-    kernels' own, so it does not wait on another pool's threads spinning on the same cores,
-    as a NumPy product after a kernel did."""
+    zero-padded panels of their own (`padded_panels`), multiplied into scratch columns in
+    shares of whole passes of six rows, so that every row takes the pass it takes on one
+    thread: the same sums on any count. Its threads are the kernels' own, so it does not
+    wait on another pool's threads spinning on the same cores, as a NumPy product after a
+    kernel did."""
     weight = a_rows.T
     x = b_rows.T
     room = transposed_room(weight, True)
@@ -151,8 +153,8 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
     if left > 0:
         last = padded_panels(a_rows, whole, width)
         scratch = np.empty((columns, last.shape[0] * width), dtype=y.dtype)
-        passes = columns // 6  # whole passes of six, so that each row takes the pass it
-        for worker in numba.prange(workers):  # takes on one thread: the same sums
+        passes = columns // 6
+        for worker in numba.prange(workers):
             first = worker * passes // workers * 6
             end = columns if worker == workers - 1 else (worker + 1) * passes // workers * 6
             panel_rows(last, x[first:end], scratch[first:end], end - first, 0, last.shape[0])
@@ -184,11 +186,11 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     tree order first, so that tree t's b rows, cut in two vectors' worth of columns, are its
     product's panels as they lie (`row_panels`), and its a rows, read transposed, the
     product's x. b's columns after its whole panels go through zero-padded panels of their
-    own (`padded_panels`), into scratch rows. A task is a tree and `TREE_ROW_BLOCK` rows of its
-    gradient, whole rows, so that no two threads touch one page of a new `totals` for the
-    first time at once (tasks of a panel each, a column strip of every row, took 60% longer
-    so); consecutive tasks are different trees, so that the threads' even shares of the
-    tasks (`workers` of them, as numba's count is set) hold trees of every size."""
+    own (`padded_panels`), into scratch rows. A task is a tree and `TREE_ROW_BLOCK` whole
+    rows of its gradient, so that each thread writes a new `totals` a row at a time, not a
+    column strip of every row; consecutive tasks are different trees, so that the threads'
+    even shares of the tasks (`workers` of them, as numba's count is set) hold trees of
+    every size. The tasks do not depend on the count: the same sums on any."""
     rows, columns = a_rows.shape[1], b_rows.shape[1]
     a = np.empty((order.size, rows), dtype=a_rows.dtype)
     b = np.empty((order.size, columns), dtype=b_rows.dtype)

@@ -116,18 +116,46 @@ def test_a_transposed_product_reads_its_vectors_where_the_weights_gradient_rows_
     assert "batch_x_U_iou_T" not in backward
 
 
-def test_a_weight_gradient_down_two_childrens_matrices_sums_each_element_in_one_loop():
-    """MV-RNN's W_M gradient, Σ_k g[i, k] M[j, k] with M the children's matrices one above
+@rj.recursive_model(arity=2)
+def scaled_mv_rnn(node, p):
+    """MV-RNN with its matrix weight scaled first: a computed matrix times the children's
+    matrices, whose cotangent reads their concatenation transposed."""
+    if node.is_leaf:
+        return p.E[node.word], p.E_M[node.word]
+    a, A = scaled_mv_rnn(node.left, p)
+    b, B = scaled_mv_rnn(node.right, p)
+    return rj.tanh(p.W @ rj.concat([B @ a, A @ b])), (p.W_M * 0.5) @ rj.concat([A, B])
+
+
+def test_a_product_down_two_childrens_matrices_sums_each_element_in_one_loop():
+    """g [A; B]ᵀ, the cotangent of a computed matrix times the children's matrices one above
     the other, reads one child's row down the whole of k: one loop over all of k for each
-    segment of a row of the gradient, not one loop per term (whose kernel at H = 64 was
-    33,000 lines and did not compile in 24 GB)."""
+    segment of a row, not one loop per term (MV-RNN's kernel at H = 64 was 33,000 lines so,
+    and did not compile in 24 GB)."""
     hidden = 12
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
-    out, pullback = mv_rnn.vjp(forest, mv_rnn_params(hidden, VOCAB, "float64", 0))
-    pullback(roots=tuple(np.ones_like(state) for state in out.roots))
-    source = mv_rnn.kernel_source("cpu", grad=True)
+    p = mv_rnn_params(hidden, VOCAB, "float64", 0)
+    out, pullback = scaled_mv_rnn.vjp(forest, p)
+    roots = tuple(np.ones_like(state) for state in out.roots)
+    assert_same_gradients(pullback(roots=roots), pullback.interpreted()(roots=roots))
+    source = scaled_mv_rnn.kernel_source("cpu", grad=True)
     sums = re.findall(r"for k\d+ in range\(([^)]*)\):", source)
     assert sums and set(sums) == {str(hidden)}
+
+
+def test_a_weights_gradient_through_a_matrix_product_is_a_product_over_the_matrices_rows():
+    """MV-RNN's W_M [A; B]: W_M's gradient Σ_k g[:, k] ⊗ [A; B][:, k] is a weight gradient
+    over the rows of gᵀ and [A; B]ᵀ, a node's `hidden` rows each, multiplied over every
+    node's rows after the kernel, not a product a node in it."""
+    hidden = 6
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    out, pullback = mv_rnn.vjp(forest, mv_rnn_params(hidden, VOCAB, "float64", 0))
+    pairs = [rows for rows in pullback.compiled.kernel.gradients if rows.attrs == ("W_M",)]
+    assert [(rows.effect, rows.size, rows.vectors) for rows in pairs] == [
+        ("grad_param_outer", hidden * hidden, hidden),
+        ("grad_param_outer", hidden * 2 * hidden, hidden)]
+    roots = tuple(np.ones_like(state) for state in out.roots)
+    assert_same_gradients(pullback(roots=roots), pullback.interpreted()(roots=roots))
 
 
 def test_the_backward_reads_the_products_the_forward_kept_by_default():

@@ -8,6 +8,7 @@ from numba import cuda
 
 import recjit as rj
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
+from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from recjit.autodiff import Pullback
 from recjit.codegen_cuda import buffers, device
 from recjit.lowering.backward import gradient_sums
@@ -335,13 +336,15 @@ DEVICE_GRADIENT_MODELS = {
     "child_sum_tree_lstm": (child_sum_tree_lstm, tree_lstm_params,
                             rj.Forest.from_nested([((1, 2, 3), 4), (0, (1, 5))])),
     "dag_rnn": (dag_rnn, lambda hidden, vocab, dtype, seed: dag_rnn_params(
-        hidden, dtype=dtype, seed=seed), grids(2, HIDDEN, 2, 3, dtype="float64", seed=1))}
+        hidden, dtype=dtype, seed=seed), grids(2, HIDDEN, 2, 3, dtype="float64", seed=1)),
+    "mv_rnn": (mv_rnn, mv_rnn_params, FOREST)}
 
 
 @pytest.mark.parametrize("name", sorted(DEVICE_GRADIENT_MODELS))
 def test_device_gradients_are_the_hosts(name):
     """Parameters with several sums (a binary TreeLSTM's U_f, one a child) and parts summed
-    on the host (its b_f) come together on the device."""
+    on the host (its b_f, MV-RNN's W_M over its matrices' rows) come together on the
+    device."""
     model, make, forest = DEVICE_GRADIENT_MODELS[name]
     out, pullback = model.vjp(forest, make(HIDDEN, VOCAB, "float64", 4), backend="cuda")
     roots = cotangents([state.shape for state in out.roots], 9)

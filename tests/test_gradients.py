@@ -140,6 +140,20 @@ def test_a_table_only_gathered_from_gets_its_rows_gradients_summed():
     np.testing.assert_array_equal(dense[[0, 4]], rows.values)
 
 
+@pytest.mark.parametrize("width", [3, 300], ids=["narrow rows", "wide rows"])
+def test_a_row_gradient_sums_each_rows_values_whatever_their_order(width):
+    """`RowGrad.summed`, the rows of a table gathered several times, in any order: added
+    down the rows by NumPy, or, for wide rows, a row at a time."""
+    rng = np.random.default_rng(width)
+    indices = np.array([5, 2, 5, 9, 2, 5, 0])
+    values = rng.normal(size=(indices.size, width))
+    rows = rj.RowGrad.summed(indices, values, (10, width), np.float64)
+    expected = np.zeros((10, width))
+    np.add.at(expected, indices, values)
+    assert rows.indices.tolist() == [0, 2, 5, 9]
+    np.testing.assert_allclose(rows.to_dense(), expected, rtol=1e-14, atol=1e-14)
+
+
 def test_a_pullback_may_be_called_again_and_a_missing_cotangent_is_zero():
     forest = rj.Forest.from_nested([((0, 1), 2)])
     out, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"))

@@ -24,8 +24,10 @@ Op kinds of the adjoint only, besides the cell IR's (`frontend.cell_ir`):
 Effects (no value):
 
   grad_param        (name,) %v        parameter `name`'s gradient += v, over every node
-  grad_param_outer  (name,) %a %b     parameter `name`'s gradient += Σ a ⊗ b over every node,
-                                      the weight gradient of a product, a product itself
+  grad_param_outer  (name,) %a %b     parameter `name`'s gradient += Σ a ⊗ b over every node
+                                      (over every row of a and b, where they are matrices
+                                      of as many rows), the weight gradient of a product, a
+                                      product itself
   grad_table        (table, field) %v row table[node.field]'s gradient += v
   grad_field        (name,) %v        the node's field `name`'s gradient += v
   grad_child        (child, comp) %v  child k's (or each child's) state component's cotangent
@@ -225,12 +227,34 @@ class _Adjoint:
                                              line), line)
 
     def matmul(self, index, op, gradient):
+        """L R: g Rᵀ for L, Lᵀ g for R. A parameter's, where the other side is computed, is a
+        weight gradient over the rows of two matrices (`grad_param_outer`): W M gives W
+        Σ_k g[:, k] ⊗ M[:, k], the rows of gᵀ and Mᵀ; M W gives W Σ_k M[k] ⊗ g[k]; a
+        transposed view's, the same with the two sides swapped. A node's rows are then
+        products over all nodes' rows, not a product per node."""
         left, right, line = op.args[0], op.args[1], op.line
         left_op, right_op = self.case.ops[left], self.case.ops[right]
-        self.add_cotangent(left, self.emit("matmul", (gradient, self.turned(right)), (),
-                                           left_op.shape, line), line)
-        self.add_cotangent(right, self.emit("matmul", (self.turned(left), gradient), (),
-                                            right_op.shape, line), line)
+        if left_op.kind == "param" and right_op.kind != "param":
+            turned = self.emit("transpose", (gradient,), (), self.ops[gradient].shape[::-1],
+                               line)
+            self.matrix_weight_gradient(left_op, turned, self.turned(right), line)
+        else:
+            self.add_cotangent(left, self.emit("matmul", (gradient, self.turned(right)), (),
+                                               left_op.shape, line), line)
+        if right_op.kind == "param" and left_op.kind != "param":
+            self.matrix_weight_gradient(right_op, left, gradient, line)
+        else:
+            self.add_cotangent(right, self.emit("matmul", (self.turned(left), gradient), (),
+                                                right_op.shape, line), line)
+
+    def matrix_weight_gradient(self, weight, a, b, line):
+        """Parameter `weight`'s gradient += Σ_k a[k] ⊗ b[k] over the rows of matrices `a`
+        and `b`; for a transposed view, its parameter's += Σ_k b[k] ⊗ a[k]."""
+        name = weight.attrs[0]
+        if name == attribute(name):
+            self.effect("grad_param_outer", (name,), (a, b), line)
+        else:
+            self.effect("grad_param_outer", (attribute(name),), (b, a), line)
 
     def turned(self, value):
         """`value` transposed: a parameter read the other way, a computed matrix turned."""

@@ -4,6 +4,11 @@ from types import SimpleNamespace
 import numpy as np
 
 
+# The elements of a row from which `RowGrad.summed` adds a gathered row's values a row at a time:
+# NumPy's `add.reduceat` down the rows of wider arrays was the slower (benchmarks/README.md).
+WIDE_ROW = 256
+
+
 class RowGrad:
     """The gradient of a table a cell only gathers rows from: `indices`, the rows gathered
     (unique, sorted), and `values`, each one's summed gradient. Most rows of an embedding get
@@ -26,7 +31,14 @@ class RowGrad:
         order = np.argsort(indices, kind="stable")  # a row's values together, in their order
         ordered = indices[order]
         starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
-        return cls(ordered[starts], np.add.reduceat(values[order], starts, axis=0), shape)
+        values = values[order]
+        if values[0].size < WIDE_ROW:
+            return cls(ordered[starts], np.add.reduceat(values, starts, axis=0), shape)
+        sums = values[starts]
+        ends = np.append(starts[1:], indices.size)
+        for row in np.flatnonzero(ends - starts > 1).tolist():
+            sums[row] += values[starts[row] + 1:ends[row]].sum(axis=0)
+        return cls(ordered[starts], sums, shape)
 
     @property
     def dtype(self):

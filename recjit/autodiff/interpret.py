@@ -204,11 +204,15 @@ class Evaluator:
         self.sink.param(op.attrs[0], self.by_row(gradient, rows), self.row_nodes(rows))
 
     def op_grad_param_outer(self, op):
+        """Σ a ⊗ b over the rows; over each row of a node's matrices a and b, where they are
+        matrices."""
         a, b = self.of(op)
         _, rows = self.aligned((a, b))
         rows = NODES if rows == UNIFORM else rows
-        self.sink.outer(op.attrs[0], self.by_row(a, rows), self.by_row(b, rows),
-                        self.row_nodes(rows))
+        a, b = self.by_row(a, rows), self.by_row(b, rows)
+        nodes = np.repeat(self.row_nodes(rows), int(np.prod(a.shape[1:-1])))
+        self.sink.outer(op.attrs[0], a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]),
+                        nodes)
 
     def op_grad_table(self, op):
         (gradient,) = self.of(op)

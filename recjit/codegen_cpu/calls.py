@@ -132,6 +132,9 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
     thread: the same sums on any count. Its threads are the kernels' own, so it does not
     wait on another pool's threads spinning on the same cores, as a NumPy product after a
     kernel did."""
+    if a_rows.shape[0] > 2 * WEIGHT_GRADIENT_CHUNK:
+        _weight_gradient_by_chunks(a_rows, b_rows, y)
+        return
     weight = a_rows.T
     x = b_rows.T
     room = transposed_room(weight, True)
@@ -159,6 +162,41 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
             end = columns if worker == workers - 1 else (worker + 1) * passes // workers * 6
             panel_rows(last, x[first:end], scratch[first:end], end - first, 0, last.shape[0])
         y[:, whole:] = scratch[:, :left]
+
+
+# The rows of a and b one task of a weight gradient over many rows takes: a panel's and a pass's
+# share of them, 64 KiB each in float32, stay in a core's L2 for every pass over them.
+WEIGHT_GRADIENT_CHUNK = 1024
+
+
+@numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
+def _weight_gradient_by_chunks(a_rows, b_rows, y):
+    """`weight_gradient` over more than two chunks of rows (MV-RNN's W_M: a row per node and
+    k, 64 a node): each chunk's product into a partial of its own, the chunks shared among
+    the threads, then the partials summed in order. Its one product over all the rows
+    walked every row once per pass and panel, more than L2 holds: the rows came from L3
+    each time."""
+    nodes = a_rows.shape[0]
+    chunks = -(-nodes // WEIGHT_GRADIENT_CHUNK)
+    width = 2 * runtime.VECTOR_BYTES // a_rows.itemsize
+    columns, rows = y.shape
+    partials = np.empty((chunks, columns, rows), dtype=y.dtype)
+    for chunk in numba.prange(chunks):
+        first = chunk * WEIGHT_GRADIENT_CHUNK
+        end = min(nodes, first + WEIGHT_GRADIENT_CHUNK)
+        x = b_rows[first:end].T
+        panels = row_panels(a_rows[first:end].T)
+        whole = panels.shape[0] * width
+        panel_rows(panels, x, partials[chunk, :, :whole], columns, 0, panels.shape[0])
+        if whole < rows:
+            last = padded_panels(a_rows[first:end], whole, width)
+            scratch = np.empty((columns, last.shape[0] * width), dtype=y.dtype)
+            panel_rows(last, x, scratch, columns, 0, last.shape[0])
+            partials[chunk, :, whole:] = scratch[:, :rows - whole]
+    for column in numba.prange(columns):
+        y[column] = partials[0, column]
+        for chunk in range(1, chunks):
+            y[column] += partials[chunk, column]
 
 
 @numba.njit(nogil=True, cache=True)

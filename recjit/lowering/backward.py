@@ -153,8 +153,10 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
             target = (EachChild(array, True, columns) if op.per_child
                       else GradientRow(array, row, columns))
             outputs.append((value, target))
+            shape = case.ops[value].shape
             gradients.append(GradientRows(array, op.kind, op.attrs, effect_rows,
-                                          case.ops[value].size, side, pair, columns))
+                                          case.ops[value].size, side, pair, columns,
+                                          shape[0] if pair and len(shape) == 2 else 1))
     return outputs, gradients
 
 
@@ -241,7 +243,7 @@ def with_gradient_sums(kernel):
     not copy every node's rows back (the GPU's)."""
     pairs, sums = {}, []
     for rows in kernel.gradients:
-        if rows.effect == "grad_param_outer":
+        if rows.effect == "grad_param_outer" and rows.vectors == 1:  # matrices': the host's
             pairs.setdefault(rows.pair, [None, None])[rows.side] = rows
     for pair, (a, b) in pairs.items():
         sums.append(GradientSum(f"{pair}_sum", a.attrs[0], a.name, b.name, (a.size, b.size),

@@ -231,7 +231,9 @@ class GradientRows:
     Σ a ⊗ b; the pair shares `pair`). `columns`: the array holds a row's vector in a column,
     shape (size, rows) where the others' is (rows, size): on the GPU
     (`lower_backward(gradient_columns=True)`), a weight gradient's vectors, and a bias's
-    gradient that reads its weight's first vector (its `name`, filled once)."""
+    gradient that reads its weight's first vector (its `name`, filled once). `vectors`: for
+    a pair of matrices (the weight gradient of a matrix product, Σ over their rows), the
+    matrix's rows a node's row holds, one after another, each `size // vectors` long."""
 
     name: str
     effect: str
@@ -241,6 +243,7 @@ class GradientRows:
     side: int = 0
     pair: str = None
     columns: bool = False
+    vectors: int = 1
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,25 @@ def transposed_mv_rnn(node, p):
     return h, rj.tanh(p.V.T @ (A + B) + (A @ p.V.T) * 0.5 + B @ p.U)
 
 
+@rj.recursive_model(arity=None)
+def child_sum_mv(node, p):
+    """Matrix states, each child's multiplied by a parameter on either side and summed: a
+    weight gradient over the rows of two matrices an edge (the CPU and CUDA tests')."""
+    if node.is_leaf:
+        return p.M
+    total = rj.zeros(p.M.shape)
+    for child in node.children:
+        state = child_sum_mv(child, p)
+        total = total + (p.V @ state + state @ p.U.T)
+    return rj.tanh(total)
+
+
+def child_sum_mv_params(hidden, vocab_size, seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(**{name: rng.normal(size=(hidden, hidden)) / hidden
+                        for name in ("M", "V", "U")})
+
+
 def transposed_mv_params(hidden, vocab_size, seed):
     rng = np.random.default_rng(seed)
     return rj.Params(E=rng.normal(size=(vocab_size, hidden)),

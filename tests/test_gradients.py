@@ -22,7 +22,8 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_gradients_are_differences, assert_same_gradients,
                       attentive_child_sum, attentive_params,
-                      binary_forests, child_mean, cotangents, gated_child_list, nary_forests,
+                      binary_forests, child_mean, child_sum_mv, child_sum_mv_params,
+                      cotangents, gated_child_list, nary_forests,
                       powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn,
                       scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
                       transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences)
@@ -88,7 +89,8 @@ CELLS = {"scalar parameter": (scaled_rnn, scaled_rnn_params, binary_forests),
          "matrix states, transposed": (transposed_mv_rnn, transposed_mv_params, binary_forests),
          "attention, inner products": (attentive_child_sum, attentive_params, nary_forests),
          "the number of children": (child_mean, vector_rnn_params, nary_forests),
-         "lists of children's states": (gated_child_list, vector_rnn_params, nary_forests)}
+         "lists of children's states": (gated_child_list, vector_rnn_params, nary_forests),
+         "matrices per child": (child_sum_mv, child_sum_mv_params, nary_forests)}
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))

@@ -230,8 +230,8 @@ class _Adjoint:
         """L R: g Rᵀ for L, Lᵀ g for R. A parameter's, where the other side is computed, is a
         weight gradient over the rows of two matrices (`grad_param_outer`): W M gives W
         Σ_k g[:, k] ⊗ M[:, k], the rows of gᵀ and Mᵀ; M W gives W Σ_k M[k] ⊗ g[k]; a
-        transposed view's, the same with the two sides swapped. A node's rows are then
-        products over all nodes' rows, not a product per node."""
+        transposed view's, the same with the two sides swapped. The parameter's gradient is
+        then one product over every node's rows, not a product a node."""
         left, right, line = op.args[0], op.args[1], op.line
         left_op, right_op = self.case.ops[left], self.case.ops[right]
         if left_op.kind == "param" and right_op.kind != "param":

@@ -87,6 +87,19 @@ def test_a_gpu_pullback_copies_back_each_weights_gradient_summed_not_its_rows(mo
     assert not summed_rows & copied[0]
 
 
+def test_a_gpu_pullback_sums_a_matrix_weights_gradient_over_every_nodes_rows():
+    """MV-RNN's W_M gets a `GradientSum` of its own shape: a row of a node's matrices is a
+    column of the pair's arrays, so the sum runs over every node's rows."""
+    p = mv_rnn_params(HIDDEN, VOCAB, "float64", 2)
+    out, pullback = mv_rnn.vjp(FOREST, p, backend="cuda")
+    sums = {total.parameter: total.shape for total in gradient_sums(pullback.compiled.kernel)}
+    assert sums["W_M"] == p.W_M.shape
+    roots = tuple(np.ones(state.shape) for state in out.roots)
+    _, on_cpu = mv_rnn.vjp(FOREST, p)
+    np.testing.assert_allclose(pullback(roots=roots).params.W_M,
+                               on_cpu(roots=roots).params.W_M, rtol=1e-12, atol=1e-12)
+
+
 def device_calls(monkeypatch):
     """The names of the device allocations, host arrays copied up one by one, and copies
     back that the calls after it make."""

@@ -130,11 +130,11 @@ class Pullback:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
                 sink.param(output.attrs[0], values.T if output.columns else values, nodes)
-            elif output.effect == "grad_param_outer":  # a node's vectors a row
-                values = values.T if output.columns else values
+            elif output.effect == "grad_param_outer":  # a node's vectors a row (a column)
                 products.setdefault(output.pair, [output.attrs[0], np.repeat(
-                    nodes, output.vectors), None, None])[2 + output.side] = values.reshape(
-                        -1, output.size // output.vectors)
+                    nodes, output.vectors), None, None])[2 + output.side] = (
+                    values.T if output.columns else
+                    values.reshape(-1, output.size // output.vectors))
             elif output.effect == "grad_table":
                 table, field = output.attrs
                 row_shape = tuple(self.cell.parameters[table][1:])
@@ -143,12 +143,12 @@ class Pullback:
                           grouped=output.rows is RowsOf.LEAF_GROUPS)
             else:
                 sink.field(output.attrs[0], nodes, values)
-        weight_gradient = getattr(self.compiled, "weight_gradient", None)
         for name, nodes, a_rows, b_rows in products.values():
-            if sink.trees is None and weight_gradient is not None:
-                sink.add(name, weight_gradient(a_rows, b_rows))
-            else:  # per tree, or where the backend has no product on the host: NumPy's
-                sink.outer(name, a_rows, b_rows, nodes, self.compiled.weight_gradients_by_tree)
+            if sink.trees is None:
+                sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
+            else:
+                sink.outer(name, a_rows, b_rows, nodes,
+                           self.compiled.weight_gradients_by_tree)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""

@@ -36,20 +36,34 @@ from ..frontend.cell_ir import EACH, label
 from ..linearize import distinct
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Comment, Const,
                    GradientRows, GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store,
-                   Var, add)
+                   Var, add, mul)
 from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
                     state_name, transposed_views)
 from .lower import distinct_key as key_of_leaves
 
 
+def column_position(element, column, matrix):
+    """Where element `element` of a value goes in a gradient array of a column a value:
+    (element, column); for `matrix`, (rows, width) of a matrix pair's value, its row r in
+    column `column` · rows + r, so that a sum over the array's columns runs over every
+    node's rows (`GradientSum`)."""
+    if matrix is None:
+        return element, column
+    rows, width = matrix
+    return (BinOp("%", element, Const(width)),
+            add(mul(column, rows), BinOp("//", element, Const(width))))
+
+
 @dataclass(frozen=True)
 class GradientRow:
     """Element e of row `row` of a gradient array, a value of the node's; with `columns`,
-    of its column `row` (a weight gradient's vectors, in the layout its product reads)."""
+    of its column `row` (a weight gradient's vectors, in the layout its product reads; a
+    matrix pair's value, `matrix` = (rows, width), a column a row of it)."""
 
     array: str
     row: object
     columns: bool = False
+    matrix: tuple = None
 
     @property
     def node_row(self):
@@ -59,7 +73,8 @@ class GradientRow:
         return None if self.columns or self.row != Var("node") else self.array
 
     def stores(self, lowering, emitter, value, position, element):
-        at = (element, self.row) if self.columns else (self.row, element)
+        at = (column_position(element, self.row, self.matrix) if self.columns
+              else (self.row, element))
         return [Store(self.array, at, emitter.element(value, element, position))]
 
 
@@ -98,12 +113,13 @@ class EachChild:
     array: str
     by_edge: bool
     columns: bool = False
+    matrix: tuple = None
     each_child = True
 
     def store(self, term, element):
         at = (Var("edge") if self.by_edge else Var("child"), element)
         if self.columns:
-            at = at[::-1]
+            at = column_position(element, at[0], self.matrix)
         if not self.by_edge:
             term = BinOp("+", Load(self.array, at), term)
         return Store(self.array, at, term)
@@ -133,7 +149,8 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
                if op.kind == "grad_child" or op.kind in EFFECT_NAMES
                and (wanted is None or (op.kind, op.attrs[0]) in wanted)]
     first_vectors = {(op.args[0], op.per_child): _effect_array(prefix, index, op) + "_a"
-                     for index, op in effects if op.kind == "grad_param_outer"}
+                     for index, op in effects if op.kind == "grad_param_outer"
+                     and len(case.ops[op.args[0]].shape) == 1}
     for index, op in effects:
         if op.kind == "grad_child":
             outputs.append((op.args[0], _child_target(op, shared_children)))
@@ -150,13 +167,14 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
         columns = bool(pair) and gradient_columns
         for side, value in enumerate(op.args):
             array = name + ("_a", "_b")[side] if pair else name
-            target = (EachChild(array, True, columns) if op.per_child
-                      else GradientRow(array, row, columns))
-            outputs.append((value, target))
             shape = case.ops[value].shape
+            matrix = shape if pair and len(shape) == 2 else None
+            target = (EachChild(array, True, columns, matrix) if op.per_child
+                      else GradientRow(array, row, columns, matrix))
+            outputs.append((value, target))
             gradients.append(GradientRows(array, op.kind, op.attrs, effect_rows,
                                           case.ops[value].size, side, pair, columns,
-                                          shape[0] if pair and len(shape) == 2 else 1))
+                                          shape[0] if matrix else 1))
     return outputs, gradients
 
 
@@ -231,8 +249,9 @@ def gradient_shapes(kernel, linearized, groups=None):
     operand (`columns`)."""
     rows, shapes = row_counts(linearized, groups), {}
     for output in kernel.gradients:
-        shapes.setdefault(output.name, (output.size, rows[output.rows]) if output.columns
-                          else (rows[output.rows], output.size))
+        shapes.setdefault(output.name, (output.size // output.vectors,
+                                        rows[output.rows] * output.vectors)
+                          if output.columns else (rows[output.rows], output.size))
     return shapes
 
 
@@ -243,11 +262,11 @@ def with_gradient_sums(kernel):
     not copy every node's rows back (the GPU's)."""
     pairs, sums = {}, []
     for rows in kernel.gradients:
-        if rows.effect == "grad_param_outer" and rows.vectors == 1:  # matrices': the host's
+        if rows.effect == "grad_param_outer":
             pairs.setdefault(rows.pair, [None, None])[rows.side] = rows
     for pair, (a, b) in pairs.items():
-        sums.append(GradientSum(f"{pair}_sum", a.attrs[0], a.name, b.name, (a.size, b.size),
-                                (a, b)))
+        sums.append(GradientSum(f"{pair}_sum", a.attrs[0], a.name, b.name,
+                                (a.size // a.vectors, b.size // b.vectors), (a, b)))
     first_vectors = {a.name for a, _ in pairs.values()}
     sums += [GradientSum(f"{rows.name}_sum_{label(rows.attrs[0])}", rows.attrs[0], rows.name,
                          None, (rows.size,), (rows,))

@@ -294,15 +294,18 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
         assert gradient.flags.c_contiguous
 
 
-def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it():
+@pytest.mark.parametrize("rows", [37, 2 * calls.WEIGHT_GRADIENT_CHUNK + 300],
+                         ids=["one product", "in chunks"])
+def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows):
     """The same sums, to the bit, from one worker or two: a process forked after a run
     computes on one thread, and `torch.autograd.gradcheck` asks a backward twice for one
     answer. a's 20 columns are two whole float64 panels and a padded one; b's 50 rows split
-    into passes of six either way."""
+    into passes of six either way; over more than two chunks of rows (MV-RNN's W_M, a row
+    per node and k), a partial a chunk, summed in order."""
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
     pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)  # exports the products
     rng = np.random.default_rng(5)
-    a_rows, b_rows = rng.normal(size=(37, 20)), rng.normal(size=(37, 50))
+    a_rows, b_rows = rng.normal(size=(rows, 20)), rng.normal(size=(rows, 50))
     products = [np.empty((50, 20)) for _ in range(2)]
     for workers, product in zip((1, 2), products):
         calls.weight_gradient(workers, a_rows, b_rows, product, 32)

@@ -152,16 +152,13 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
         for worker in numba.prange(workers):
             matmul_share(weight[:whole], panels, no_tail, x, y[:, :whole], columns, row_block,
                          worker, workers, True, claimed, starts)
-    left = weight.shape[0] - whole
-    if left > 0:
+    if whole < weight.shape[0]:
         last = padded_panels(a_rows, whole, width)
-        scratch = np.empty((columns, last.shape[0] * width), dtype=y.dtype)
         passes = columns // 6
         for worker in numba.prange(workers):
             first = worker * passes // workers * 6
             end = columns if worker == workers - 1 else (worker + 1) * passes // workers * 6
-            panel_rows(last, x[first:end], scratch[first:end], end - first, 0, last.shape[0])
-        y[:, whole:] = scratch[:, :left]
+            _padded_product(last, x[first:end], y[first:end, whole:])
 
 
 # The rows of a and b one task of a weight gradient over many rows takes: a panel's and a pass's
@@ -178,25 +175,39 @@ def _weight_gradient_by_chunks(a_rows, b_rows, y):
     each time."""
     nodes = a_rows.shape[0]
     chunks = -(-nodes // WEIGHT_GRADIENT_CHUNK)
-    width = 2 * runtime.VECTOR_BYTES // a_rows.itemsize
-    columns, rows = y.shape
-    partials = np.empty((chunks, columns, rows), dtype=y.dtype)
+    columns = y.shape[0]
+    partials = np.empty((chunks,) + y.shape, dtype=y.dtype)
     for chunk in numba.prange(chunks):
         first = chunk * WEIGHT_GRADIENT_CHUNK
         end = min(nodes, first + WEIGHT_GRADIENT_CHUNK)
-        x = b_rows[first:end].T
-        panels = row_panels(a_rows[first:end].T)
-        whole = panels.shape[0] * width
-        panel_rows(panels, x, partials[chunk, :, :whole], columns, 0, panels.shape[0])
-        if whole < rows:
-            last = padded_panels(a_rows[first:end], whole, width)
-            scratch = np.empty((columns, last.shape[0] * width), dtype=y.dtype)
-            panel_rows(last, x, scratch, columns, 0, last.shape[0])
-            partials[chunk, :, whole:] = scratch[:, :rows - whole]
+        _panel_product(a_rows[first:end], b_rows[first:end].T, partials[chunk])
     for column in numba.prange(columns):
         y[column] = partials[0, column]
         for chunk in range(1, chunks):
             y[column] += partials[chunk, column]
+
+
+@numba.njit(fastmath=True, nogil=True, inline="always")
+def _panel_product(rows, x, y):
+    """y[s, c] = Σ_k rows[k, c] · x[s, k] for every row s of y and column c of `rows` (a
+    node's vector each): its whole panels as they lie (`row_panels`), the columns after them
+    through zero-padded panels of their own (`padded_panels`)."""
+    panels = row_panels(rows.T)
+    panel_rows(panels, x, y, y.shape[0], 0, panels.shape[0])
+    whole = panels.shape[0] * panels.shape[2]
+    if whole < rows.shape[1]:
+        _padded_product(padded_panels(rows, whole, 2 * runtime.VECTOR_BYTES // rows.itemsize),
+                        x, y[:, whole:])
+
+
+@numba.njit(fastmath=True, nogil=True, inline="always")
+def _padded_product(panels, x, y):
+    """y[s, c] = Σ_k panels[c // width, k, c % width] · x[s, k] for the columns c of y, fewer
+    than the panels': their products into scratch rows, then the columns y has."""
+    width = panels.shape[2]
+    scratch = np.empty((y.shape[0], panels.shape[0] * width), dtype=y.dtype)
+    panel_rows(panels, x, scratch, y.shape[0], 0, panels.shape[0])
+    y[:, :] = scratch[:, :y.shape[1]]
 
 
 @numba.njit(nogil=True, cache=True)
@@ -235,20 +246,11 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     for row in numba.prange(order.size):
         a[row] = a_rows[order[row]]
         b[row] = b_rows[order[row]]
-    width = 2 * runtime.VECTOR_BYTES // b.itemsize
     trees, blocks = totals.shape[0], -(-rows // TREE_ROW_BLOCK)
     for task in numba.prange(trees * blocks):
         tree, block = task % trees, task // trees
         first, end = bounds[tree], bounds[tree + 1]
         row_begin = block * TREE_ROW_BLOCK
         row_end = min(rows, row_begin + TREE_ROW_BLOCK)
-        x = a[first:end, row_begin:row_end].T
-        y = totals[tree, row_begin:row_end]
-        panels = row_panels(b[first:end].T)
-        whole = panels.shape[0] * width
-        panel_rows(panels, x, y, row_end - row_begin, 0, panels.shape[0])
-        if whole < columns:
-            last = padded_panels(b[first:end], whole, width)
-            scratch = np.empty((row_end - row_begin, last.shape[0] * width), dtype=y.dtype)
-            panel_rows(last, x, scratch, row_end - row_begin, 0, last.shape[0])
-            y[:, whole:] = scratch[:, :columns - whole]
+        _panel_product(b[first:end], a[first:end, row_begin:row_end].T,
+                       totals[tree, row_begin:row_end])

@@ -175,8 +175,7 @@ class _RecursiveFunction(torch.autograd.Function):
         as_arrays = [None if c is None else c.detach().cpu().numpy() for c in cotangents]
         nodes, roots = tuple(as_arrays[:count]), tuple(as_arrays[count:])
         single = count == 1 and not ctx.pullback.cell.state_is_tuple
-        on_device = (ctx.layout.device.type == "cuda"
-                     and getattr(ctx.pullback.compiled, "device_gradients", None) is not None)
+        on_device = ctx.layout.device.type == "cuda" and ctx.pullback.gives_device_gradients
         gradients = ctx.pullback(roots=roots[0] if single else roots,
                                  nodes=nodes[0] if single else nodes, device_output=on_device)
         return (None,) + tuple(_gradients_of(ctx.layout, gradients))

@@ -355,9 +355,9 @@ DEVICE_GRADIENT_MODELS = {
 
 @pytest.mark.parametrize("name", sorted(DEVICE_GRADIENT_MODELS))
 def test_device_gradients_are_the_hosts(name):
-    """Parameters with several sums (a binary TreeLSTM's U_f, one a child) and parts summed
-    on the host (its b_f, MV-RNN's W_M over its matrices' rows) come together on the
-    device."""
+    """Parameters with several sums (a binary TreeLSTM's U_f, one a child; MV-RNN's W_M,
+    over its matrices' rows) and parts summed on the host (TreeLSTM's b_f) come together
+    on the device."""
     model, make, forest = DEVICE_GRADIENT_MODELS[name]
     out, pullback = model.vjp(forest, make(HIDDEN, VOCAB, "float64", 4), backend="cuda")
     roots = cotangents([state.shape for state in out.roots], 9)
@@ -369,6 +369,13 @@ def test_device_gradients_are_the_hosts(name):
             np.testing.assert_array_equal(got.values, expected.values)
         else:
             np.testing.assert_allclose(got.copy_to_host(), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_only_a_gpu_pullback_says_it_gives_device_gradients():
+    """What `rj.torch` asks before it asks for gradients left on the device."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 2)
+    assert tree_lstm.vjp(FOREST, p, backend="cuda")[1].gives_device_gradients
+    assert not tree_lstm.vjp(FOREST, p)[1].gives_device_gradients
 
 
 def test_device_output_is_refused_where_the_gradients_are_not_the_gpus():

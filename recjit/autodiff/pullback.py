@@ -50,6 +50,12 @@ class Pullback:
         self.dtype = np.dtype(cell.dtype)
         self.kept = kept or {}
 
+    @property
+    def gives_device_gradients(self):
+        """Whether `device_output=True` can leave the dense gradients on the device: a
+        compiled GPU backward sums them there."""
+        return getattr(self.compiled, "device_gradients", None) is not None
+
     def interpreted(self):
         """This pullback with its adjoint evaluated by NumPy (`interpret.py`), not by the
         compiled kernel: the same gradients, a check on the kernel, and slower."""
@@ -67,13 +73,12 @@ class Pullback:
         per_tree = checked_flag("per_tree", per_tree)
         on_device = None
         if checked_flag("device_output", device_output):
-            device_gradients = getattr(self.compiled, "device_gradients", None)
-            if device_gradients is None or per_tree:
+            if not self.gives_device_gradients or per_tree:
                 raise RecJitError("device_output=True asks for gradients on the GPU: the "
                                   "pullback of a vjp(backend='cuda') whose backward compiled "
                                   "gives them, for gradients summed over the forest "
                                   "(per_tree=False)")
-            on_device = device_gradients()
+            on_device = self.compiled.device_gradients()
         for guard in self.guards:
             for name, gathered in guard.changed(self.params):
                 raise InputError(f"{described(self.params, name)} changed in place after vjp"

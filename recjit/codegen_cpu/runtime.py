@@ -608,8 +608,8 @@ def matmul_share(weight, panels, tail, x, y, rows, row_block, worker, workers, f
     adjacent), the others `matmul_rows`', those from `tail`'s first on (`tail_rows`: the
     weight's last rows, their columns adjacent) read from it. The walks are inlined, not
     called: a call to another cached runtime function could land in the copy of it that
-    numba links into this one and optimizes again, and that copy of `panel_rows` ran about half as slow again,
-    depending on which function a process happened to load first."""
+    numba links into this one and optimizes again, and that copy of `panel_rows` ran about
+    half as slow again, depending on which function a process happened to load first."""
     num_rows = weight.shape[0]
     tail_begin = num_rows - tail.shape[0]
     width = panels.shape[2]

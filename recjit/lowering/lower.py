@@ -405,10 +405,10 @@ def _operand_rows_split(ops, operand, columns):
     """The rows of a product's `operand` (k, the contraction index) where the sum down one
     of its columns must split, because the operand's definition changes there. A transposed
     matrix's column is a row of the original, which changes only where the original does
-    within a row: the transposed concatenation of two children's matrices (an MV-RNN
-    weight's gradient, Σ_k g[i, k] M[j, k]) splits none, where every row holds a change,
-    and `_rows_split` split the sum at every k (64 one-term loops an element at H = 64).
-    Any other operand: `_rows_split`."""
+    within a row: the transposed concatenation of two children's matrices (the cotangent
+    g Mᵀ of a computed matrix times them, Σ_k g[i, k] M[j, k]) splits none, where every
+    row holds a change, and `_rows_split` split the sum at every k (64 one-term loops an
+    element at H = 64). Any other operand: `_rows_split`."""
     op = ops[operand]
     if op.kind == "transpose" and columns > 1:
         inner = op.shape[0]

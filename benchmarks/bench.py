@@ -81,12 +81,13 @@ def batches(benchmark, trees, batch, count, hidden):
             for s in range(count)]
 
 
-def flops(compiled, linearized):
+def flops(compiled, linearized, per_leaf=False):
     """Multiply-adds ×2 of the matrix products the kernel does on this forest: the leaf
-    products once per distinct word where the kernel computes them so."""
+    products once per distinct word where the kernel computes them so, unless `per_leaf`
+    (a jacobian needs each leaf's own)."""
     cell, key = compiled.cell, compiled.kernel.distinct_key
     internal, edges = linearized.leaf_begin, int(linearized.child_ptr[linearized.leaf_begin])
-    leaves = (distinct(linearized.fields[key][internal:])[0].size if key
+    leaves = (distinct(linearized.fields[key][internal:])[0].size if key and not per_leaf
               else linearized.num_leaves)
     total = 0
     for case in cell.cases:

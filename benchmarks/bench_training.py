@@ -26,7 +26,7 @@ PyTorch loop of per-tree backward passes, the jacobian of each root's h with res
 leaves' embeddings against a loop of pullbacks, the memory the backward keeps, an epoch of
 SST train for the four contestants that take a batch (342 batches; `--quick`: 1,000 trees),
 and an epoch of `examples/train_sst.py` in one process against two DistributedDataParallel
-processes. Writes benchmarks/results/training-<machine>.json and .md. This is a benchmark,
+processes; then each speed target as the rate it asks of this machine (`target_rates`). Writes benchmarks/results/training-<machine>.json and .md. This is a benchmark,
 never a test: nothing here asserts a timing.
 
 NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit step's loss
@@ -70,6 +70,7 @@ CELL_PARAMETERS = CELLS["childsum"][1]
 RUN_H256 = "pullback against run (TreeLSTM h256, 10 trees)"
 BACKWARD_H512 = "the backward against the matmul roof (TreeLSTM h512, 10 trees; ≥ 50% asked)"
 ZOO_PULLBACKS = "zoo pullbacks"
+TARGET_RATES = "what the targets ask"
 
 
 def median_ms(step, batches, rounds):
@@ -542,17 +543,77 @@ def backward_memory(forest, initial):
                                                  + gradients) / (states + gradients)}
 
 
+def necessary_work(batches, initial):
+    """The multiply-adds ×2 (GFLOP) that each measured computation cannot do without, for
+    the targets' rates: a step (the mean over the step's batches), the forward's products (a
+    distinct word's leaf product once) three times over (the forward, then each product's
+    Wᵀg and g xᵀ, a word's leaves summed first) and the classifier's; per-tree gradients on
+    the first batch, at least the backward's two; the jacobian on it, H backward passes of
+    Wᵀg alone, each leaf its own."""
+    params = rj.Params(**{name: initial[name] for name in CELL_PARAMETERS})
+    labels, hidden = initial["W_out"].shape
+    forward, per_leaf = [], []
+    for forest in batches:
+        compiled = child_sum_tree_lstm.compile(forest, params)
+        linearized = child_sum_tree_lstm.linearize(forest)
+        forward.append(flops(compiled, linearized))
+        per_leaf.append(flops(compiled, linearized, per_leaf=True))
+    classifier = 3 * 2 * labels * hidden * np.mean([forest.num_nodes for forest in batches])
+    return {"step GFLOP": float(3 * np.mean(forward) + classifier) / 1e9,
+            "per-tree gradients GFLOP": 2 * forward[0] / 1e9,
+            "jacobian GFLOP": hidden * per_leaf[0] / 1e9}
+
+
+def target_rates(results):
+    """Each speed target as a rate of this machine: the time it allows, the GFLOP/s the
+    necessary work (`necessary_work`) then needs, and that against the run's matmul roof;
+    beside recjit's own time and rate in the same run."""
+    work, roof = results["work"], results[BACKWARD_H512]["matmul roof GFLOP/s"]
+    steps, per_tree, jacobian = (results[key] for key in ("training step",
+                                                         "per-tree gradients", "jacobian"))
+    rows = {}
+    for peer in ("dynet autobatch", "pytorch level-batched"):
+        if "ms" in steps.get(peer, {}):
+            rows[f"step ≥ 8x {peer}"] = (steps[peer]["ms"] / 8, steps["recjit"]["ms"],
+                                         work["step GFLOP"])
+    rows["per-tree gradients ≥ 20x a PyTorch loop"] = (
+        per_tree["pytorch per-tree loop ms"] / 20, per_tree["per-tree gradients ms"],
+        work["per-tree gradients GFLOP"])
+    rows["jacobian ≥ 20x a loop of pullbacks"] = (
+        jacobian["pullback loop ms"] / 20, jacobian["jacobian ms"], work["jacobian GFLOP"])
+    return {"matmul roof GFLOP/s": roof, **{
+        target: {"allowed ms": allowed, "GFLOP": gflop, "needs GFLOP/s": gflop / allowed * 1e3,
+                 "needs / roof": gflop / allowed * 1e3 / roof, "recjit ms": ours,
+                 "recjit GFLOP/s": gflop / ours * 1e3}
+        for target, (allowed, ours, gflop) in rows.items()}}
+
+
+def target_lines(rates):
+    roof = rates["matmul roof GFLOP/s"]
+    lines = ["## What the speed targets ask of this machine", "",
+             (f"Necessary multiply-adds ×2 (`necessary_work`) over the time each target "
+              f"allows, against the run's matmul roof, {roof:.0f} GFLOP/s."), "",
+             ("| target | allows ms | GFLOP | needs GFLOP/s | of the roof | recjit ms | "
+              "recjit GFLOP/s |"), "|---|---|---|---|---|---|---|"]
+    for target, row in rates.items():
+        if isinstance(row, dict):
+            lines.append(f"| {target} | {row['allowed ms']:.2f} | {row['GFLOP']:.3f} | "
+                         f"{row['needs GFLOP/s']:.0f} | {row['needs / roof']:.0%} | "
+                         f"{row['recjit ms']:.2f} | {row['recjit GFLOP/s']:.0f} |")
+    return lines
+
+
 def markdown(results):
     """The results as a page: each section the run measured."""
     lines = [f"# recjit training benchmark: {results['machine']}", "",
              f"{results['cpu']}; {results['versions']}"
              + (f"; GPU {_gpu_line(results['gpu'])}" if results.get("gpu") else "")]
     sections = (("training step", step_lines), ("vpps", vpps_lines), ("epoch", epoch_lines),
-                (ZOO_PULLBACKS, zoo_lines))
+                (ZOO_PULLBACKS, zoo_lines), (TARGET_RATES, target_lines))
     for key, section in sections:
         if key in results:
             lines += [""] + section(results[key])
-    for title in (RUN_H256, BACKWARD_H512, "per-tree gradients", "jacobian", "memory",
+    for title in (RUN_H256, BACKWARD_H512, "per-tree gradients", "jacobian", "memory", "work",
                   "ddp epoch"):
         if title in results:
             lines += ["", f"## {title}", ""]
@@ -683,6 +744,9 @@ def main():
     results["vpps"] = vpps_rows(lines, vocab, count, rounds, args.cuda)
     if not args.vpps:
         results.update(other_rows(args, lines, vocab, batches))
+        results["work"] = necessary_work(batches, initial_parameters(len(vocab), 300, 150,
+                                                                     seed=0))
+        results[TARGET_RATES] = target_rates(results)
     base = os.path.join(HERE, "results", f"training-{args.machine}")
     print(markdown(results))
     write_results(base, results, markdown(results))

@@ -1,6 +1,7 @@
-"""The training benchmark's GPU contestant is the CPU one's step: `RecjitCudaStep`, its
-parameters in one flat device buffer and Adagrad on the device, takes the steps that
-`RecjitStep` takes on the host (numba's simulator, float64)."""
+"""The training benchmark's parts that are not timings. Its GPU contestant is the CPU one's
+step: `RecjitCudaStep`, its parameters in one flat device buffer and Adagrad on the device,
+takes the steps that `RecjitStep` takes on the host (numba's simulator, float64). The work it
+divides each target's allowed time into is the model's own multiply-adds."""
 import os
 import sys
 
@@ -10,7 +11,7 @@ import recjit as rj
 from train_sst import initial_parameters
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_training import RecjitCudaStep, RecjitStep  # noqa: E402
+from bench_training import RecjitCudaStep, RecjitStep, necessary_work  # noqa: E402
 
 TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2 h)",
          "(4 (3 (3 a) (4 (2 b) (4 i))) (2 j))"]
@@ -28,3 +29,19 @@ def test_the_gpu_step_takes_the_cpu_steps_losses_and_parameters():
         np.testing.assert_allclose(getattr(on_gpu.on_device, name).copy_to_host(), value,
                                    rtol=1e-10, atol=1e-12)
     assert not np.array_equal(on_host.params["U_iou"], initial["U_iou"])
+
+
+def test_a_steps_necessary_work_counts_a_distinct_words_leaf_product_once():
+    """Four leaves of three words, three internal nodes, six edges; X=4, H=3: W_iou x a
+    distinct word, U_iou h̃ an internal node, U_f h_k an edge, the classifier's 5 × H a
+    node; the forward's products three times (the backward's Wᵀg and g xᵀ), the
+    classifier's too."""
+    vocab = {}
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 (2 c) (3 a)))"], vocab=vocab)
+    initial = initial_parameters(len(vocab), 4, 3, seed=0)
+    forward = 2 * (3 * 9 * 4 + 3 * 9 * 3 + 6 * 3 * 3)
+    work = necessary_work([forest], initial)
+    assert np.isclose(work["step GFLOP"] * 1e9, 3 * forward + 3 * 2 * 5 * 3 * 7)
+    assert np.isclose(work["per-tree gradients GFLOP"] * 1e9, 2 * forward)
+    per_leaf = forward + 2 * 9 * 4  # the second leaf of word a, its own product
+    assert np.isclose(work["jacobian GFLOP"] * 1e9, 3 * per_leaf)

@@ -307,6 +307,21 @@ def test_per_tree_gradients_and_jacobians_refuse_a_node_two_trees_share_naming_i
         dag_rnn.jacobian(forest, p, wrt="x")
 
 
+def test_per_tree_gradients_and_jacobians_refuse_a_root_listed_twice_naming_it():
+    """Both listings are trees of the forest holding every node of that tree: the per-tree
+    gradients would give one of them all, and a jacobian its unit cotangents twice."""
+    nested = rj.Forest.from_nested([((0, 1), 2), (3, 4)])
+    forest = rj.Forest(nested.child_ptr, nested.child_idx, nested.roots[[0, 1, 0]],
+                       nested.fields, nested.kind)
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=1)
+    out, pullback = tree_rnn.vjp(forest, p)
+    listed = f"node {nested.roots[0]} belongs to two trees of the forest \\(it is listed 2 times"
+    with pytest.raises(rj.InputError, match=listed):
+        pullback(roots=np.ones_like(out.roots[0]), per_tree=True)
+    with pytest.raises(rj.InputError, match=listed):
+        tree_rnn.jacobian(forest, p, wrt="E")
+
+
 @pytest.mark.parametrize("nodes_at_once", [8192, 25], ids=["one pass", "passes of 2 copies"])
 @pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
 def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_once,

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
 from ..frontend.cell_ir import attribute
+from ..linearize import node_trees
 from ..lowering.arguments import leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
@@ -208,24 +209,16 @@ class Pullback:
 
 def tree_of_nodes(linearized):
     """The tree (its position in the forest's roots) of every node, in the linearized
-    numbering; a node two trees share is an `InputError` naming it, since its gradient would
-    belong to both."""
-    tree = np.full(linearized.num_nodes, -1, dtype=np.int64)
-    tree[linearized.roots] = np.arange(linearized.roots.size)
-    begins, child_ptr = linearized.batch_begin, linearized.child_ptr
-    for batch in range(linearized.num_batches):  # parents before their children
-        begin, end = int(begins[batch]), int(begins[batch + 1])
-        edges = slice(child_ptr[begin], child_ptr[end])
-        children = linearized.child_idx[edges]
-        parents = np.repeat(tree[begin:end], np.diff(child_ptr[begin:end + 1]))
-        clash = (tree[children] >= 0) & (tree[children] != parents)
-        tree[children] = parents
-        clash |= tree[children] != parents  # two parents in this batch, of two trees
-        if clash.any():
-            node = int(linearized.old_of_new[children[np.argmax(clash)]])
-            raise InputError(f"node {node} belongs to two trees of the forest (two roots "
-                             "reach it); per-tree gradients and jacobians need every node in "
-                             "one tree")
+    numbering; a node two trees share, a root listed twice among them, is an `InputError`
+    naming it, since its gradient would belong to both."""
+    tree, shared = node_trees(linearized)
+    if shared >= 0:
+        node = int(linearized.old_of_new[shared])
+        listed = int(np.count_nonzero(linearized.roots == shared))
+        raise InputError(f"node {node} belongs to two trees of the forest ("
+                         + (f"it is listed {listed} times among the roots" if listed > 1
+                            else "two roots reach it")
+                         + "); per-tree gradients and jacobians need every node in one tree")
     return tree
 
 

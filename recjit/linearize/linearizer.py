@@ -384,6 +384,31 @@ def first_outside(values, rows):
     return int(_first_outside(np.ascontiguousarray(values).reshape(-1), rows))
 
 
+@numba.njit(cache=True, nogil=True)
+def _node_trees(child_ptr, child_idx, roots):
+    tree = np.full(child_ptr.size - 1, -1, dtype=np.int64)
+    for position in range(roots.size):
+        if tree[roots[position]] >= 0:
+            return tree, roots[position]
+        tree[roots[position]] = position
+    for node in range(child_ptr.size - 1):
+        for edge in range(child_ptr[node], child_ptr[node + 1]):
+            child = child_idx[edge]
+            if tree[child] >= 0 and tree[child] != tree[node]:
+                return tree, child
+            tree[child] = tree[node]
+    return tree, -1
+
+
+def node_trees(linearized):
+    """(the tree of every node, its position in `roots`; the first node two trees share, a
+    root listed twice among them, or -1), in this numbering. A node's parents come before it
+    here (the taller batches first), so one pass in order hands each root's position down."""
+    tree, shared = _node_trees(linearized.child_ptr, linearized.child_idx,
+                               np.ascontiguousarray(linearized.roots, dtype=np.int64))
+    return tree, int(shared)
+
+
 def parent_edges(linearized):
     """(parent_ptr, parent_edge): node n's edges from its parents are
     parent_edge[parent_ptr[n]:parent_ptr[n + 1]], positions in `child_idx` (a DAG's backward

@@ -4,6 +4,7 @@ them): per-tree gradients, DAGs' shared children, and the kernel as `explain` an
 `kernel_source` show it."""
 import re
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -333,6 +334,32 @@ def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a
         rows = owners == tree
         np.testing.assert_allclose(totals[tree], a_rows[rows].T @ b_rows[rows],
                                    rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])
+def test_per_tree_row_sums_are_each_trees_sum_the_same_on_any_worker_count(columns):
+    """A bias's per-tree gradient, Σ values[n] over each tree's rows whatever their order,
+    from a kernel's rows as they lie or its columns read transposed, a tree without rows
+    zero: the same to the bit from one worker or two, and NumPy's sums."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)  # exports the calls
+    rng = np.random.default_rng(7)
+    owners = rng.permutation(np.repeat([0, 1, 3], [5, 13, 2]))  # tree 2 has none
+    values = rng.normal(size=(9, owners.size)).T if columns else rng.normal(size=(owners.size, 9))
+    order = np.argsort(owners, kind="stable")
+    bounds = np.searchsorted(owners[order], np.arange(5))
+    totals = [np.empty((4, 9)) for _ in range(2)]
+    before = numba.get_num_threads()
+    try:
+        for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
+            numba.set_num_threads(workers)
+            calls.rows_by_tree(workers, values, order, bounds, total)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(totals[0], totals[1])
+    for tree in range(4):
+        np.testing.assert_allclose(totals[0][tree], values[owners == tree].sum(axis=0),
+                                   rtol=1e-12, atol=1e-12)
 
 
 def test_transposed_weights_whose_rows_alias_in_the_cache_are_packed_and_still_right():

@@ -135,7 +135,8 @@ class Pullback:
                 continue
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
-                sink.param(output.attrs[0], values.T if output.columns else values, nodes)
+                sink.param(output.attrs[0], values.T if output.columns else values, nodes,
+                           self.compiled.rows_by_tree)
             elif output.effect == "grad_param_outer":  # a node's vectors a row (a column)
                 products.setdefault(output.pair, [output.attrs[0], np.repeat(
                     nodes, output.vectors), None, None])[2 + output.side] = (
@@ -242,13 +243,18 @@ class Sink:
         self.grouped_tables = set()  # whose rows are sums over groups of leaves
         self.field_gradients = {}
 
-    def param(self, name, values, nodes):
+    def param(self, name, values, nodes, by_tree=None):
         """Add `values`, a contribution per row (each of node `nodes[row]`); per tree, each
-        tree's rows summed together (`np.add.at`, row by row, took ten times as long)."""
+        tree's rows summed together: by `by_tree(values, order, bounds)` (a backend's sums,
+        tree t's rows being order[bounds[t]:bounds[t + 1]]), or by NumPy's `reduceat`
+        (`np.add.at`, row by row, took ten times as long)."""
         if self.trees is None:
             self.add(name, values.sum(axis=0))
             return
         order, bounds = self.by_tree(nodes)
+        if by_tree is not None:
+            self.add(name, by_tree(values, order, bounds))
+            return
         total = np.zeros((self.linearized.roots.size,) + values.shape[1:], dtype=self.dtype)
         rows = bounds[:-1] < bounds[1:]  # the trees with rows here: reduceat needs each
         if rows.any():
@@ -356,9 +362,9 @@ class Sink:
             indices, values, nodes = (np.concatenate(part) for part in zip(*gathered))
             if self.trees is None:
                 return RowGrad.summed(indices, values, shape, self.dtype)
-            owner = self.trees[nodes]
-            return [RowGrad.summed(indices[owner == tree], values[owner == tree], shape,
-                                   self.dtype) for tree in range(trees)]
+            order, bounds = self.by_tree(nodes)
+            return [RowGrad.summed(indices[order[begin:end]], values[order[begin:end]], shape,
+                                   self.dtype) for begin, end in zip(bounds[:-1], bounds[1:])]
         leading = () if self.trees is None else (trees,)
         parts = self.device_parts.get(name, [])
         if is_weak(value):  # a Python number's gradient is one, on the host

@@ -18,6 +18,7 @@ guard_caches(runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
 _weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
                                      "recjit_cpu_weight_gradients_by_tree")
+_rows_by_tree = Launcher(calls.rows_by_tree, "recjit_cpu_rows_by_tree")
 
 
 @functools.cache
@@ -176,4 +177,11 @@ class CpuBackward(GeneratedKernel):
         weight's per-tree gradients, the trees shared among the kernels' threads."""
         totals = np.empty((bounds.size - 1, a_rows.shape[1], b_rows.shape[1]), self.dtype)
         _weight_gradients_by_tree(a_rows, b_rows, order, bounds, totals, size=totals.size)
+        return totals
+
+    def rows_by_tree(self, values, order, bounds):
+        """Σ values over each tree's rows (tree t's: order[bounds[t]:bounds[t + 1]]), a row
+        per tree: a bias's per-tree gradients."""
+        totals = np.empty((bounds.size - 1, values.shape[1]), self.dtype)
+        _rows_by_tree(values, order, bounds, totals, size=values.size)
         return totals

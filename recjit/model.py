@@ -563,7 +563,18 @@ class RecursiveModel:
             raise InputError(f"output must be a state component, 0 to "
                              f"{len(cell.state_shapes) - 1}, not {output!r}")
         output = int(output)
-        gathered = any(table == wrt for _, table, _ in cell.gathers)
+        by_case = {}
+        for case, table, field in cell.gathers:
+            if table == wrt:
+                by_case.setdefault(case, set()).add(field)
+        for case, fields in sorted(by_case.items()):
+            if len(fields) > 1:
+                raise InputError(f"wrt={wrt!r}: the cell's {case} case gathers a row of {wrt} "
+                                 f"by each of fields {sorted(fields)}, and a jacobian's one row "
+                                 f"a node would add the derivatives of different rows together; "
+                                 f"to take the jacobian of one, give each field a table of its "
+                                 f"own")
+        gathered = bool(by_case)
         if not gathered and not (wrt in cell.fields
                                  and np.dtype(cell.fields[wrt][1]).kind == "f"):
             raise InputError(f"wrt must name a float field the cell reads or a table it "

@@ -405,6 +405,47 @@ def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
         tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")
 
 
+@rj.recursive_model(arity=2)
+def tagged(node, p):
+    """Two rows of one table at every leaf, by two fields."""
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word] + 0.5 * p.E[node.tag])
+    return rj.tanh(p.U @ (tagged(node.left, p) + tagged(node.right, p)))
+
+
+@rj.recursive_model(arity=2)
+def phrased(node, p):
+    """One row of one table at every node: by one field at the leaves, another inside."""
+    if node.is_leaf:
+        return rj.tanh(p.E[node.word])
+    return rj.tanh(p.U @ (phrased(node.left, p) + phrased(node.right, p)) + p.E[node.phrase])
+
+
+def test_a_jacobian_refuses_a_table_one_case_gathers_by_two_fields_naming_them():
+    """A leaf's derivatives with respect to its word's row and its tag's would be added
+    into its one row of the jacobian: a number that is neither."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    forest.fields.update(tag=np.array([3, 3, 4, 3, 1]), phrase=np.array([5, 2, 0, 1, 4]))
+    p = fielded_params(2)
+    with pytest.raises(rj.InputError, match=r"wrt='E': the cell's leaf case gathers a row of "
+                                            r"E by each of fields \['tag', 'word'\]"):
+        tagged.jacobian(forest, p, wrt="E")
+
+
+def test_a_jacobian_takes_a_table_each_case_gathers_by_a_field_of_its_own():
+    forest = rj.Forest.from_nested([((0, 1), 2), (3, 4)])
+    forest.fields["phrase"] = np.arange(forest.num_nodes) % VOCAB
+    p = fielded_params(3)
+    jacobian = phrased.jacobian(forest, p, wrt="E")
+    out, pullback = phrased.vjp(forest, p)
+    for element in range(HIDDEN):
+        unit = np.zeros_like(out.roots[0])
+        unit[:, element] = 1
+        expected = pullback.backward(roots=unit).gathered_by_node("E", (HIDDEN,))
+        np.testing.assert_allclose(jacobian[:, element], expected, atol=1e-12)
+    assert (np.abs(jacobian).max(axis=(1, 2)) > 0).all()  # every node has a row, leaf or not
+
+
 @pytest.mark.parametrize("output", [True, 2, 1.0, "c"])
 def test_a_jacobians_output_that_is_not_a_state_component_is_refused(output):
     """True would be component 1 to Python."""

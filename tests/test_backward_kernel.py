@@ -159,6 +159,27 @@ def test_a_weights_gradient_through_a_matrix_product_is_a_product_over_the_matri
     assert_same_gradients(pullback(roots=roots), pullback.interpreted()(roots=roots))
 
 
+def test_the_transposed_concatenation_of_two_childrens_matrices_is_stored_a_loop_a_child():
+    """[A; B]ᵀ, W_M's gradient's second side: each of its rows holds a column of A, then
+    one of B. It is stored by a loop over its rows holding a loop over each child's part,
+    not a loop per segment (two a row: 2 · `hidden` of them), and gives the adjoint's
+    gradients."""
+    hidden = 6
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    out, pullback = mv_rnn.vjp(forest, mv_rnn_params(hidden, VOCAB, "float64", 0))
+    side = next(rows.name for rows in pullback.compiled.kernel.gradients
+                if rows.attrs == ("W_M",) and rows.size == hidden * 2 * hidden)
+    row_loops = [loop for loop in ilir.walk(pullback.compiled.kernel.body)
+                 if isinstance(loop, ilir.Loop) and loop.role is ilir.LoopRole.ROWS]
+    assert row_loops and all(loop.stop == ilir.Const(hidden) for loop in row_loops)
+    for loop in row_loops:
+        assert [(part.start, part.stop) for part in loop.body] == [
+            (ilir.Const(0), ilir.Const(hidden)), (ilir.Const(hidden), ilir.Const(2 * hidden))]
+        assert {store.array for store in ilir.nodes(loop.body, ilir.Store)} == {side}
+    roots = tuple(np.ones_like(state) for state in out.roots)
+    assert_same_gradients(pullback(roots=roots), pullback.interpreted()(roots=roots))
+
+
 def test_the_backward_reads_the_products_the_forward_kept_by_default():
     forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
     _, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0))

@@ -65,6 +65,7 @@ class LoopRole(Enum):
     ITEM_NODES = "item nodes"  # an item's nodes, one after another
     WORKER_NODES = "worker nodes"  # a pass over one node inside an item (serial)
     ELEMENTS = "elements"  # the elements of cell values (independent)
+    ROWS = "rows"  # the rows of a matrix value, each row's element loops inside (serial)
     EDGES = "edges"  # a node's edges to its children (serial: sums accumulate)
     DOT = "dot"  # the contraction index of a product computed in the node (serial)
     ROOTS = "roots"  # the forest's roots, gathering their states (parallel)

@@ -8,6 +8,8 @@ their children's stored states (nothing else of the forward is kept) and evaluat
 adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
 fills a row of gradient per node for the host to reduce here, or, where no kernel was
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
+import itertools
+
 import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
@@ -364,7 +366,7 @@ class Sink:
                 return RowGrad.summed(indices, values, shape, self.dtype)
             order, bounds = self.by_tree(nodes)
             return [RowGrad.summed(indices[order[begin:end]], values[order[begin:end]], shape,
-                                   self.dtype) for begin, end in zip(bounds[:-1], bounds[1:])]
+                                   self.dtype) for begin, end in itertools.pairwise(bounds)]
         leading = () if self.trees is None else (trees,)
         parts = self.device_parts.get(name, [])
         if is_weak(value):  # a Python number's gradient is one, on the host

@@ -168,8 +168,12 @@ class _RecursiveFunction(torch.autograd.Function):
                      for state in result.nodes + result.roots)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *cotangents):
+        if torch.is_grad_enabled():  # create_graph=True: this gradient is to be differentiated
+            raise RecJitError("recjit's pullback has no derivative of its own: a second "
+                              "derivative through recjit.torch (torch.autograd.grad or "
+                              "backward with create_graph=True, a gradient penalty) is not "
+                              "supported")
         _check_unchanged(ctx)
         count = len(cotangents) // 2
         as_arrays = [None if c is None else c.detach().cpu().numpy() for c in cotangents]

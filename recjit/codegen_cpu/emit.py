@@ -204,13 +204,11 @@ class KernelBody(StatementVisitor):
         self.lines += [f"{pad}for {var}_tile in range({first_row}, {end_row}, {ROW_TILE}):",
                        f"{pad}    for {column.name} in range({columns}):",
                        (f"{pad}        for {row.name} in range({var}_tile, "
-                        f"min({var}_tile + {ROW_TILE}, {end_row})):")]
+                        f"min({var}_tile + {ROW_TILE}, {end_row})):"),
+                       f"{pad}            {var} = {row.name} * {columns} + {column.name}"]
         whole = {BinOp("//", Var(var), Const(columns)): row,
                  BinOp("%", Var(var), Const(columns)): column}
-        body = substitute(loop.body, whole)
-        if Var(var) in nodes(body, Var):  # the flat index, where the body still reads it
-            self.lines.append(f"{pad}            {var} = {row.name} * {columns} + {column.name}")
-        self.statements(body, depth + 3)
+        self.statements(substitute(loop.body, whole), depth + 3)
 
 
 def panels_name(product, labels, prefix="panels"):

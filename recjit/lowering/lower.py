@@ -794,9 +794,9 @@ class PassLowering:
             self.node_emitter = ElementEmitter(self)
         loops, by_length = [], {}
         for values, size, stores in requests:
-            walks = self.row_walks(variable, values, stores)
-            if walks is not None:
-                loops += walks
+            by_rows = self.row_loops(variable, values, stores)
+            if by_rows is not None:
+                loops += by_rows
                 continue
             for low, high in segments(self.case.ops, values, size):
                 by_length.setdefault(high - low, []).append((low, stores))
@@ -809,15 +809,14 @@ class PassLowering:
                               tuple(emitter.statements) + tuple(body), LoopRole.ELEMENTS))
         return loops
 
-    def row_walks(self, variable, values, stores):
+    def row_loops(self, variable, values, stores):
         """For matrix `values` that break at the same columns in every row, more than once
         (the transposed concatenation of two children's matrices), a loop over the rows
         holding an element loop per segment of a row (element row · columns + column): a
-        loop for each child's part, where the flat element loops took a segment each, 128
-        of them at H = 64 (MV-RNN's backward kernel: 9% faster, half the source). Else
-        None. Each row's segment is emitted and must come out the same as the first row's,
-        or None: a part of a concatenation, or a pad, that changes from row to row needs the
-        flat loops."""
+        loop for each child's part, where the flat element loops took a segment each (2H
+        of them, each index a division and a remainder). Else None. Each row's segment is
+        emitted and must come out the same as the first row's, or None: a part of a
+        concatenation, or a pad, that changes from row to row needs the flat loops."""
         ops = self.case.ops
         shapes = {ops[value].shape for value in values}
         if len(shapes) != 1:

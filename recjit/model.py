@@ -24,8 +24,8 @@ from .lowering.arguments import weight_shapes
 from .lowering.backward import kept_for_copies
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import (WithContext, described, is_weak, params_on_host, shape_and_dtype,
-                     to_host)
+from .params import (WithContext, described, is_weak, params_on_host, pinned,
+                     shape_and_dtype, to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule, checked_schedule
@@ -479,6 +479,7 @@ class RecursiveModel:
         forest, key, compiled, linearized = self._checked(
             analysis, forest, p, backend, self._training_schedule(schedule))
         cell = compiled.cell
+        p = pinned(p, cell.parameters)
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
             self._latest_backward[backend] = backward

@@ -1,5 +1,7 @@
 """Parameters: any object whose attributes are arrays, or Python numbers (weak scalars, as in
 NumPy: they take the dtype of the arrays). `Params` is the convenient one."""
+from types import SimpleNamespace
+
 import numpy as np
 
 from .errors import InputError
@@ -131,6 +133,19 @@ class WithContext:
         if name in context:
             return context[name]
         return getattr(self.__dict__["_params"], name)
+
+
+def pinned(params, names):
+    """`params`' `names` as they are now, by reference: what a pullback reads, so that setting
+    an attribute of the caller's object to another array after `vjp` (`p.W = p.W - lr * g`)
+    leaves its gradients at the values the forward read. A change made in place still
+    shows, and is refused (`autodiff.pullback.parameter_guards`)."""
+    if isinstance(params, WithContext):
+        context = params.__dict__["_context"]
+        return WithContext(pinned(params.__dict__["_params"],
+                                  [name for name in names if name not in context]), context)
+    return SimpleNamespace(**{name: getattr(params, name) for name in names
+                              if getattr(params, name, None) is not None})
 
 
 def described(params, name):

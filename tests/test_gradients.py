@@ -179,6 +179,19 @@ def test_a_pullback_after_its_parameters_changed_in_place_is_refused_naming_it(n
         pullback(roots=(np.ones_like(out.roots[0]), None))
 
 
+def test_a_pullback_after_its_parameters_were_set_to_new_arrays_gives_the_forwards_gradients():
+    """`p.W = p.W - lr * g`, a NumPy training loop's update, leaves the arrays the forward
+    read as they were: the pullback reads those, not the caller's object again."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    out, pullback = tree_lstm.vjp(forest, p)
+    roots = (np.ones_like(out.roots[0]), None)
+    before = pullback(roots=roots)
+    for name in ("U_iou", "E"):
+        setattr(p, name, getattr(p, name) - 0.5)
+    assert_same_gradients(pullback(roots=roots), before, rtol=0, atol=0)
+
+
 def test_a_pullback_after_a_context_argument_changed_in_place_is_refused_naming_it():
     """A context array is read as a parameter: changed between vjp and a pullback, it would
     mix with the forward's states as a parameter would."""

@@ -26,8 +26,9 @@ PyTorch loop of per-tree backward passes, the jacobian of each root's h with res
 leaves' embeddings against a loop of pullbacks, the memory the backward keeps, an epoch of
 SST train for the four contestants that take a batch (342 batches; `--quick`: 1,000 trees),
 and an epoch of `examples/train_sst.py` in one process against two DistributedDataParallel
-processes; then each speed target as the rate it asks of this machine (`target_rates`). Writes benchmarks/results/training-<machine>.json and .md. This is a benchmark,
-never a test: nothing here asserts a timing.
+processes; then each speed target as the rate it asks of this machine (`target_rates`).
+Writes benchmarks/results/training-<machine>.json and .md. This is a benchmark, never a
+test: nothing here asserts a timing.
 
 NumPy's BLAS gets one thread (`OPENBLAS_NUM_THREADS=1`, unless set): the recjit step's loss
 gradient is two small NumPy products, after which OpenBLAS's threads spin on the cores

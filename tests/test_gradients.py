@@ -346,14 +346,21 @@ def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_onc
     jacobian = fielded.jacobian(forest, p, wrt=wrt)
     width = 2 if wrt == "x" else HIDDEN
     assert jacobian.shape == (forest.num_nodes, HIDDEN, width)
-    out, pullback = fielded.vjp(forest, p)
-    for element in range(HIDDEN):
+    assert_rows_are_unit_pullbacks(jacobian, *fielded.vjp(forest, p), wrt)
+
+
+def assert_rows_are_unit_pullbacks(jacobian, out, pullback, wrt):
+    """`jacobian`'s rows for each element of the roots' first state component, against the
+    pullback of that element's unit cotangent: a float field's gradient, or a gathered
+    table's row per node."""
+    for element in range(out.roots[0].shape[1]):
         unit = np.zeros_like(out.roots[0])
         unit[:, element] = 1
-        if wrt == "x":
-            expected = pullback(roots=unit).fields["x"]
-        else:  # the gathered row of each leaf, as the jacobian gives it per node
-            expected = pullback.backward(roots=unit).gathered_by_node("E", (HIDDEN,))
+        if wrt in pullback.cell.fields:
+            expected = pullback(roots=unit).fields[wrt]
+        else:  # the gathered row of each node, as the jacobian gives it per node
+            expected = pullback.backward(roots=unit).gathered_by_node(
+                wrt, pullback.cell.parameters[wrt][1:])
         np.testing.assert_allclose(jacobian[:, element], expected, atol=1e-12)
 
 
@@ -450,12 +457,7 @@ def test_a_jacobian_takes_a_table_each_case_gathers_by_a_field_of_its_own():
     forest.fields["phrase"] = np.arange(forest.num_nodes) % VOCAB
     p = fielded_params(3)
     jacobian = phrased.jacobian(forest, p, wrt="E")
-    out, pullback = phrased.vjp(forest, p)
-    for element in range(HIDDEN):
-        unit = np.zeros_like(out.roots[0])
-        unit[:, element] = 1
-        expected = pullback.backward(roots=unit).gathered_by_node("E", (HIDDEN,))
-        np.testing.assert_allclose(jacobian[:, element], expected, atol=1e-12)
+    assert_rows_are_unit_pullbacks(jacobian, *phrased.vjp(forest, p), "E")
     assert (np.abs(jacobian).max(axis=(1, 2)) > 0).all()  # every node has a row, leaf or not
 
 

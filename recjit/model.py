@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .autodiff import Pullback, adjoint_case, parameter_guards, tree_of_nodes
+from .autodiff import (Pullback, adjoint_case, copied_parameters, parameter_guards,
+                       tree_of_nodes)
 from .codegen_cpu import CpuBackward, CpuKernel
 from .errors import InputError, RecJitError, UnsupportedError, checked_flag, is_whole
 from .explanation import Explanation
@@ -479,7 +480,7 @@ class RecursiveModel:
         forest, key, compiled, linearized = self._checked(
             analysis, forest, p, backend, self._training_schedule(schedule))
         cell = compiled.cell
-        p = pinned(p, cell.parameters)
+        p = pinned(p, cell.parameters, copied_parameters(cell, p))
         _, adjoints, backward = self._backward(key, compiled, wanted)
         if backward is not None and wanted is None:
             self._latest_backward[backend] = backward

@@ -135,16 +135,20 @@ class WithContext:
         return getattr(self.__dict__["_params"], name)
 
 
-def pinned(params, names):
-    """`params`' `names` as they are now, by reference: what a pullback reads, so that setting
-    an attribute of the caller's object to another array after `vjp` (`p.W = p.W - lr * g`)
-    leaves its gradients at the values the forward read. A change made in place still
-    shows, and is refused (`autodiff.pullback.parameter_guards`)."""
+def pinned(params, names, copied=()):
+    """`params`' `names` as they are now: what a pullback reads, so that its gradients stay at
+    the values the forward read. Those in `copied` are copies taken now, which no later
+    change reaches; the others are held by reference, so that setting an attribute of the
+    caller's object to another array after `vjp` (`p.W = p.W - lr * g`) leaves them as they
+    were, and a change made to them in place is refused (`autodiff.pullback.parameter_guards`)."""
     if isinstance(params, WithContext):
         context = params.__dict__["_context"]
-        return WithContext(pinned(params.__dict__["_params"],
-                                  [name for name in names if name not in context]), context)
-    return SimpleNamespace(**{name: getattr(params, name) for name in names
+        return WithContext(
+            pinned(params.__dict__["_params"], [name for name in names if name not in context],
+                   copied),
+            {name: value.copy() if name in copied else value for name, value in context.items()})
+    return SimpleNamespace(**{name: getattr(params, name).copy() if name in copied
+                              else getattr(params, name) for name in names
                               if getattr(params, name, None) is not None})
 
 

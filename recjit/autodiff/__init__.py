@@ -2,7 +2,7 @@
 evaluated a batch at a time, roots first."""
 from .adjoint import AdjointCase, adjoint_case
 from .gradients import Gradients, RowGrad
-from .pullback import Pullback, parameter_guards, tree_of_nodes
+from .pullback import Pullback, copied_parameters, parameter_guards, tree_of_nodes
 
 __all__ = ["AdjointCase", "Gradients", "Pullback", "RowGrad", "adjoint_case",
-           "parameter_guards", "tree_of_nodes"]
+           "copied_parameters", "parameter_guards", "tree_of_nodes"]

@@ -9,13 +9,14 @@ adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward
 fills a row of gradient per node for the host to reduce here, or, where no kernel was
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
 from ..frontend.cell_ir import attribute
 from ..linearize import node_trees
-from ..lowering.arguments import leaf_groups
+from ..lowering.arguments import LeafGroups, leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
 from ..params import described, is_weak, on_device as on_gpu_memory, params_on_host
@@ -52,6 +53,8 @@ class Pullback:
         self.context = context  # the names of the context arguments, in order
         self.dtype = np.dtype(cell.dtype)
         self.kept = kept or {}
+        self.roots_listed_once = np.unique(linearized.roots).size == linearized.roots.size
+        self.layouts = {}  # {per_tree: its `Layout`}
 
     @property
     def gives_device_gradients(self):
@@ -90,17 +93,17 @@ class Pullback:
                                  "forward read, so call it before updating them, or call vjp "
                                  "again")
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
-        trees = tree_of_nodes(self.linearized) if per_tree else None
+        layout = self.layout(per_tree)
+        trees = layout.trees
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees, on_device)
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
             return sink
         if self.compiled is not None:
-            groups = leaf_groups(self.compiled.kernel, self.linearized, trees)
             options = {"sums_on_device": True} if on_device is not None else {}
             self.reduce(self.compiled(self.linearized, self.params, self.states, cotangents,
-                                      self.kept, whole=trees is None, groups=groups,
+                                      self.kept, whole=trees is None, groups=layout.groups,
                                       **options),
-                        sink, groups)
+                        sink, layout.nodes_of)
             return sink
         linearized = self.linearized
         begins = linearized.batch_begin
@@ -113,24 +116,24 @@ class Pullback:
                           self.states, self.dtype, cotangents, sink).run(self.adjoints[case].ops)
         return sink
 
-    def reduce(self, arrays, sink, groups=None):
+    def layout(self, per_tree):
+        """The `Layout` of the gradients per tree or summed: the same at every call, so
+        found at the first."""
+        if per_tree not in self.layouts:
+            self.layouts[per_tree] = Layout.of(self.linearized, per_tree, self.compiled)
+        return self.layouts[per_tree]
+
+    def reduce(self, arrays, sink, nodes_of):
         """Each `GradientRows` array the backward kernel filled, into the sink: a row per
-        node (or per edge, of its parent node; or per group of leaves, `groups`, of its first
-        leaf); for whole gradients, each parameter's the kernel summed itself
-        (`GradientSum`), in place of the rows it sums."""
+        node (or per edge, of its parent node; or per group of leaves, of its first leaf:
+        `nodes_of` by `RowsOf`); for whole gradients, each parameter's the kernel summed
+        itself (`GradientSum`), in place of the rows it sums."""
         linearized, kernel = self.linearized, self.compiled.kernel
         summed = set()
         if sink.trees is None:
             for total in gradient_sums(kernel):
                 sink.add_summed(total.parameter, arrays[total.total])
                 summed.update(total.summed)
-        internal = np.arange(linearized.leaf_begin)
-        nodes_of = {RowsOf.INTERNAL: internal,
-                    RowsOf.LEAVES: np.arange(linearized.leaf_begin, linearized.num_nodes),
-                    RowsOf.EDGES: np.repeat(internal, np.diff(
-                        linearized.child_ptr[:linearized.leaf_begin + 1]))}
-        if groups is not None:
-            nodes_of[RowsOf.LEAF_GROUPS] = linearized.leaf_begin + groups.first_leaves()
         products = {}
         for output in kernel.gradients:
             if output in summed:
@@ -174,9 +177,9 @@ class Pullback:
                     continue
                 values = self.checked(what, component, values, (count,) + shapes[component],
                                       check_finite).reshape(count, cotangents[component].shape[1])
-                if what == "nodes":  # a row each: `new_of_old` is a permutation
+                if what == "nodes" or self.roots_listed_once:  # a row each
                     cotangents[component][rows] += values
-                else:  # a forest may list a root twice
+                else:  # a root listed twice takes both cotangents
                     np.add.at(cotangents[component], rows, values)
         return cotangents
 
@@ -208,6 +211,34 @@ class Pullback:
                              f"{values[index]} at index {index}; check_finite=True refuses "
                              "NaN and infinite cotangents")
         return values.astype(self.dtype, copy=False)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a pullback's rows belong: `trees`, the tree of every node (None: gradients
+    summed over the forest); `groups`, the compiled kernel's `LeafGroups` (None: it sums
+    none, or none was compiled); `nodes_of`, the node of each row of a `GradientRows` array,
+    by its `RowsOf`."""
+
+    trees: np.ndarray
+    groups: LeafGroups
+    nodes_of: dict
+
+    @staticmethod
+    def of(linearized, per_tree, compiled):
+        trees = tree_of_nodes(linearized) if per_tree else None
+        if compiled is None or linearized.num_nodes == 0:
+            return Layout(trees, None, {})
+        groups = leaf_groups(compiled.kernel, linearized, trees)
+        leaf_begin = linearized.leaf_begin
+        internal = np.arange(leaf_begin)
+        nodes_of = {RowsOf.INTERNAL: internal,
+                    RowsOf.LEAVES: np.arange(leaf_begin, linearized.num_nodes),
+                    RowsOf.EDGES: np.repeat(internal,
+                                            np.diff(linearized.child_ptr[:leaf_begin + 1]))}
+        if groups is not None:
+            nodes_of[RowsOf.LEAF_GROUPS] = leaf_begin + groups.first_leaves()
+        return Layout(trees, groups, nodes_of)
 
 
 def tree_of_nodes(linearized):
@@ -344,19 +375,19 @@ class Sink:
         return gradient[self.linearized.new_of_old]
 
     def gradients(self, context):
-        arguments = {name: self.parameter(name, shape)
+        tables = only_gathered_tables(self.cell)
+        arguments = {name: self.parameter(name, shape, name in tables)
                      for name, shape in self.cell.parameters.items()}
         fields = {name: self.field_by_node(name)
                   for name, (_, dtype) in self.cell.fields.items() if np.dtype(dtype).kind == "f"}
         params = {name: value for name, value in arguments.items() if name not in context}
         return Gradients(params, fields, [arguments[name] for name in context])
 
-    def parameter(self, name, shape):
-        """A parameter's gradient: dense, a `RowGrad` for a table only gathered from (one a
+    def parameter(self, name, shape, only_gathered):
+        """A parameter's gradient: dense, a `RowGrad` for a table `only_gathered` from (one a
         tree, per tree), a float for a Python number."""
         value = getattr(self.params, name)
         gathered = self.table_rows.get(name, [])
-        only_gathered = name in only_gathered_tables(self.cell)
         trees = self.linearized.roots.size
         if only_gathered and name not in self.dense:  # no rows at all in an empty forest
             gathered = gathered or [(np.zeros(0, np.int64), np.zeros((0,) + tuple(shape[1:])),
@@ -400,23 +431,34 @@ def only_gathered_tables(cell):
     return {table for _, table, _ in cell.gathers} - multiplied
 
 
+def copied_parameters(cell, params):
+    """The parameters (and context arrays, which the kernels read as parameters) that a
+    vjp copies for its pullback to read: every host array but a table the cell only gathers
+    from. A training loop may update its parameters in place before a pullback is called (a
+    second pullback of one vjp, or two vjps before their pullbacks); the pullback still
+    reads the forward's values, with no comparison per call. A gathered table may be large
+    (an embedding): its rows are compared instead (`parameter_guards`)."""
+    tables = only_gathered_tables(cell)
+    return {name for name in cell.parameters
+            if isinstance(getattr(params, name), np.ndarray) and name not in tables}
+
+
 def parameter_guards(cell, params, fields, on_device=None):
-    """What a pullback checks before each call: the parameters (and the context arguments,
-    which the kernels read as parameters) as the forward read them. A
-    training loop may update its parameters in place before a pullback is called (a second
-    pullback of one vjp, or two vjps before their pullbacks), and a pullback that read the
-    updated ones would mix them with the forward's states: a gradient at no point. The
-    kernel reads the arrays themselves (warm from the forward); a copy of each is compared
-    first, but of a table the cell only gathers from, which may be large (an embedding),
-    only the rows its forest gathers. Host arrays are copied here (`ForwardValues`); GPU
-    arrays ({name: (array, rows)}) by `on_device`, the GPU backward's guard
-    (`codegen_cuda.snapshot.DeviceValues`), on the device. Each guard's `changed(params)`
-    lists the parameters that differ, and whether only their gathered rows were compared."""
+    """What a pullback checks before each call: the parameters it reads where they are, not
+    copied at vjp (`copied_parameters`), as the forward read them. A pullback that read
+    updated ones would mix them with the forward's states: a gradient at no point. Of a host
+    table the cell only gathers from, only the rows its forest gathers are copied and
+    compared (`ForwardValues`); GPU arrays ({name: (array, rows)}) are compared by
+    `on_device`, the GPU backward's guard (`codegen_cuda.snapshot.DeviceValues`), on the
+    device. Each guard's `changed(params)` lists the parameters that differ, and whether
+    only their gathered rows were compared."""
     tables = only_gathered_tables(cell)
     guards, on_gpu = [], {}
     for name in cell.parameters:
         value = getattr(params, name)
         on_host = isinstance(value, np.ndarray)
+        if on_host and name not in tables:
+            continue  # copied at vjp
         if not on_host and (on_device is None or not on_gpu_memory(value)):
             continue
         rows = None
@@ -434,20 +476,18 @@ def parameter_guards(cell, params, fields, on_device=None):
 
 
 class ForwardValues:
-    """A parameter's values as the forward read them (`rows` of a table, or all)."""
+    """The rows `rows` of a host table as the forward read them."""
 
-    def __init__(self, name, values, rows=None):
+    def __init__(self, name, values, rows):
         self.name, self.rows = name, rows
-        self.values = values.copy() if rows is None else values[rows]
+        self.values = values[rows]
 
     def changed(self, params):
-        """[(its name, whether only gathered rows were compared)] if it changed since its
+        """[(its name, True: only gathered rows were compared)] if they changed since its
         forward, else []."""
-        values = getattr(params, self.name)
-        now = values if self.rows is None else values[self.rows]
-        if np.array_equal(_bits(now), _bits(self.values)):
+        if np.array_equal(_bits(getattr(params, self.name)[self.rows]), _bits(self.values)):
             return []
-        return [(self.name, self.rows is not None)]
+        return [(self.name, True)]
 
 
 def _bits(values):

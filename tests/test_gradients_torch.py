@@ -7,15 +7,37 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
+from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
+from simple_tree_gru import simple_tree_gru
+from tree_attention import make_params as tree_attention_params, tree_attention
+from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import binary_forests, nary_forests, random_dags, seeds, word_sequences
 
 torch = pytest.importorskip("torch")
 HIDDEN, VOCAB = 3, 6
+
+
+def zeros():
+    return torch.zeros(HIDDEN, dtype=torch.float64)
+
+
+def torch_tree_fc(p, node, children):
+    if not children:
+        return p.E[node.word]
+    return torch.tanh(p.W @ torch.cat(children) + p.b)
+
+
+def torch_tree_rnn(p, node, children):
+    if not children:
+        return p.E[node.word]
+    left, right = children
+    return torch.tanh(p.W @ left + p.U @ right + p.b)
 
 
 def torch_tree_lstm(p, node, children):
@@ -31,9 +53,8 @@ def torch_tree_lstm(p, node, children):
 
 
 def torch_child_sum_tree_lstm(p, node, children):
-    h_sum = sum((h for h, _ in children), torch.zeros(HIDDEN, dtype=torch.float64))
-    forgotten = sum((torch.sigmoid(p.U_f @ h + p.b_f) * c for h, c in children),
-                    torch.zeros(HIDDEN, dtype=torch.float64))
+    h_sum = sum((h for h, _ in children), zeros())
+    forgotten = sum((torch.sigmoid(p.U_f @ h + p.b_f) * c for h, c in children), zeros())
     x = p.W_iou @ p.E[node.word] if not children else 0
     i, o, u = torch.split(x + p.U_iou @ h_sum + p.b_iou, HIDDEN)
     c = torch.sigmoid(i) * torch.tanh(u) + forgotten
@@ -41,12 +62,27 @@ def torch_child_sum_tree_lstm(p, node, children):
 
 
 def torch_tree_gru(p, node, children):
-    h_sum = sum(children, torch.zeros(HIDDEN, dtype=torch.float64))
-    gated = sum((torch.sigmoid(p.U_r @ h + p.b_r) * h for h in children),
-                torch.zeros(HIDDEN, dtype=torch.float64))
+    h_sum = sum(children, zeros())
+    gated = sum((torch.sigmoid(p.U_r @ h + p.b_r) * h for h in children), zeros())
     x_z, x_h = torch.split(p.W_zh @ p.E[node.word], HIDDEN) if not children else (0, 0)
     z = torch.sigmoid(x_z + p.U_z @ h_sum + p.b_z)
     return z * h_sum + (1 - z) * torch.tanh(x_h + p.U_h @ gated + p.b_h)
+
+
+def torch_simple_tree_gru(p, node, children):
+    h_sum = sum(children, zeros())
+    gated = sum((torch.sigmoid(p.U_r @ h + p.b_r) * h for h in children), zeros())
+    x_z, x_h = torch.split(p.W_zh @ p.E[node.word], HIDDEN) if not children else (0, 0)
+    z = torch.sigmoid(x_z + p.U_z @ h_sum + p.b_z)
+    return (1 - z) * torch.tanh(x_h + p.U_h @ gated + p.b_h)
+
+
+def torch_tree_attention(p, node, children):
+    if not children:
+        return torch.tanh(p.E[node.word] @ p.W)
+    scores = [torch.exp(torch.dot(h, p.a)) for h in children]
+    context = sum(score * h for score, h in zip(scores, children)) / sum(scores)
+    return torch.tanh(context @ p.U + p.b)
 
 
 def torch_mv_rnn(p, node, children):
@@ -64,8 +100,17 @@ def torch_lstm(p, step, children):
     return torch.sigmoid(o) * torch.tanh(c), c
 
 
+def torch_gru(p, step, children):
+    x_z, x_r, x_h = torch.split(p.W @ p.E[step.word] + p.b, HIDDEN)
+    h_prev = children[0] if children else zeros()
+    h_z, h_r = torch.split(p.U_zr @ h_prev, HIDDEN)
+    z = torch.sigmoid(x_z + h_z)
+    r = torch.sigmoid(x_r + h_r)
+    return (1 - z) * h_prev + z * torch.tanh(x_h + p.U_h @ (r * h_prev))
+
+
 def torch_dag_rnn(p, node, children):
-    h_pred = sum(children, torch.zeros(HIDDEN, dtype=torch.float64))
+    h_pred = sum(children, zeros())
     return torch.relu(p.W @ node.x + p.U @ h_pred + p.b)
 
 
@@ -93,12 +138,19 @@ def torch_states(cell, forest, p):
     return states
 
 
-MODELS = {"tree_lstm": (tree_lstm, torch_tree_lstm, tree_lstm_params, binary_forests),
+MODELS = {"tree_fc": (tree_fc, torch_tree_fc, tree_fc_params, binary_forests),
+          "tree_rnn": (tree_rnn, torch_tree_rnn, tree_rnn_params, binary_forests),
+          "tree_lstm": (tree_lstm, torch_tree_lstm, tree_lstm_params, binary_forests),
           "child_sum_tree_lstm": (child_sum_tree_lstm, torch_child_sum_tree_lstm,
                                   tree_lstm_params, nary_forests),
           "tree_gru": (tree_gru, torch_tree_gru, tree_gru_params, nary_forests),
+          "simple_tree_gru": (simple_tree_gru, torch_simple_tree_gru, tree_gru_params,
+                              nary_forests),
+          "tree_attention": (tree_attention, torch_tree_attention, tree_attention_params,
+                             nary_forests),
           "mv_rnn": (mv_rnn, torch_mv_rnn, mv_rnn_params, binary_forests),
-          "lstm": (lstm, torch_lstm, lstm_params, word_sequences)}
+          "lstm": (lstm, torch_lstm, lstm_params, word_sequences),
+          "gru": (gru, torch_gru, gru_params, word_sequences)}
 
 
 def assert_torch_agrees(model, torch_cell, forest, p, seed):

@@ -86,11 +86,15 @@ def _checked_sparse(sparse, names):
 
 def _device_of(inputs, backend):
     """The one device of the tensors among `inputs` ((kind, name, value), ...): the CPU, or
-    one CUDA device, which takes `backend` "cuda" or None; anything else is refused, naming a
-    tensor."""
+    one CUDA device, which takes `backend` "cuda" or None; anything else, or a tensor that is
+    not dense (a sparse or quantized layout, which has no array interface), is refused,
+    naming a tensor."""
     placed = {}
     for kind, name, value in inputs:
         if isinstance(value, torch.Tensor):
+            if value.layout != torch.strided:
+                raise InputError(f"{kind} {name!r} is a {value.layout} tensor; recjit.torch "
+                                 "takes dense tensors (torch.strided): pass .to_dense()")
             if value.device.type not in ("cpu", "cuda"):
                 raise InputError(f"{kind} {name!r} is on {value.device}; recjit.torch takes "
                                  "CPU or CUDA tensors")

@@ -289,6 +289,14 @@ def test_a_tensor_on_a_device_other_than_cpu_or_cuda_is_refused_naming_it():
         rj.torch.apply(child_sum_tree_lstm, forest, params)
 
 
+def test_a_sparse_tensor_is_refused_naming_it():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    params = dict(module().named_parameters())
+    params["U_f"] = params["U_f"].detach().to_sparse()
+    with pytest.raises(rj.InputError, match="parameter 'U_f' is a torch.sparse_coo tensor"):
+        rj.torch.apply(child_sum_tree_lstm, forest, params)
+
+
 needs_cuda_torch = pytest.mark.skipif(not torch.cuda.is_available(),
                                       reason="needs a CUDA build of PyTorch and a GPU")
 

@@ -86,15 +86,19 @@ def _checked_sparse(sparse, names):
 
 def _device_of(inputs, backend):
     """The one device of the tensors among `inputs` ((kind, name, value), ...): the CPU, or
-    one CUDA device, which takes `backend` "cuda" or None; anything else, or a tensor that is
-    not dense (a sparse or quantized layout, which has no array interface), is refused,
-    naming a tensor."""
+    one CUDA device, which takes `backend` "cuda" or None; anything else, a tensor that is
+    not dense (a sparse layout, which has no array interface) or one of floats other than
+    float32 and float64 (bfloat16 has no NumPy dtype to refuse it by), is refused, naming a
+    tensor."""
     placed = {}
     for kind, name, value in inputs:
         if isinstance(value, torch.Tensor):
             if value.layout != torch.strided:
                 raise InputError(f"{kind} {name!r} is a {value.layout} tensor; recjit.torch "
                                  "takes dense tensors (torch.strided): pass .to_dense()")
+            if value.is_floating_point() and value.dtype not in (torch.float32, torch.float64):
+                raise InputError(f"{kind} {name!r} holds {value.dtype}; recjit computes in "
+                                 "torch.float32 or torch.float64")
             if value.device.type not in ("cpu", "cuda"):
                 raise InputError(f"{kind} {name!r} is on {value.device}; recjit.torch takes "
                                  "CPU or CUDA tensors")

@@ -297,6 +297,13 @@ def test_a_sparse_tensor_is_refused_naming_it():
         rj.torch.apply(child_sum_tree_lstm, forest, params)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_tensor_of_half_floats_is_refused_naming_it(dtype):
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    with pytest.raises(rj.InputError, match=f"parameter 'E' holds {dtype}"):
+        module().to(dtype)(forest)
+
+
 needs_cuda_torch = pytest.mark.skipif(not torch.cuda.is_available(),
                                       reason="needs a CUDA build of PyTorch and a GPU")
 

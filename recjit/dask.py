@@ -87,8 +87,8 @@ def roots(model, corpus, params, *, vocab=None, unknown=None, output=0, batch_si
     shipment = _shipped(Shipment(model, params, tuple(context), _token(model), options))
     run = dask.delayed(_partition_roots, pure=True)
     return da.concatenate([
-        da.from_delayed(run(partition, shipment), shape=(np.nan, *shape), dtype=dtype)
-        for partition in partitions])
+        da.from_delayed(run(partition, shipment, index), shape=(np.nan, *shape), dtype=dtype)
+        for index, partition in enumerate(partitions)])
 
 
 def to_npy(model, corpus, params, directory, **options):
@@ -156,14 +156,17 @@ def _shipped(shipment):
     return client.scatter(shipment, broadcast=True, hash=False)
 
 
-def _partition_roots(partition, shipment):
-    """One partition's root states, on a worker."""
+def _partition_roots(partition, shipment, index):
+    """The root states of partition `index` of the corpus, on a worker."""
     options = shipment.options
     if options.threads is not None:
         set_num_threads(options.threads)  # numba's count is per thread, and tasks have theirs
     model = shipment.resident_model()
-    forest = partition if isinstance(partition, Forest) else _forest_of_lines(partition,
-                                                                              options)
+    try:
+        forest = (partition if isinstance(partition, Forest)
+                  else _forest_of_lines(partition, options))
+    except InputError as error:  # its lines are counted within the partition
+        raise InputError(f"partition {index} of the corpus (from 0): {error}") from None
     shape, dtype = options.meta
     states = [model.run(batch, shipment.params, backend=options.backend,
                         schedule=options.schedule, context=shipment.context).roots[options.output]

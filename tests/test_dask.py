@@ -85,8 +85,19 @@ def test_a_word_outside_the_shared_vocab_is_an_error_naming_it(client):
     lines = dask_bag.from_sequence(["(1 (2 good) (3 film))", "(0 (1 dull) (2 film))"],
                                    npartitions=2)
     vocab = {"good": 0, "film": 1, "fine": 2}
-    with pytest.raises(rj.InputError, match="word 'dull' is not in vocab"):
+    with pytest.raises(rj.InputError, match="partition 1 of the corpus .from 0.: word 'dull' "
+                                            "is not in vocab"):
         rjd.roots(tree_rnn, lines, p, vocab=vocab).compute()
+
+
+def test_a_line_that_is_not_a_tree_is_an_error_naming_its_partition_and_line(client):
+    lines = dask_bag.from_sequence(["(1 (2 good) (3 film))", "(2 film)", "(0 (1 dull)"],
+                                   npartitions=2)
+    assert lines.map_partitions(len).compute() == [2, 1]
+    with pytest.raises(rj.InputError, match="partition 1 of the corpus .from 0.: PTB line 1: "
+                                            "unbalanced brackets"):
+        rjd.roots(tree_rnn, lines, make_params(8, 3, "float64"),
+                  vocab={"good": 0, "film": 1, "dull": 2}).compute()
 
 
 def test_unknown_gives_the_id_words_outside_the_vocab_are_read_as(client):

@@ -48,9 +48,10 @@ def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
     ("(x (2 a) (2 b))", "expected a label"), ("(2 a) (2 b)", "more than one tree"),
     ("(\u00b2 a)", "expected a label"), ("(99999999999999999999999 a)", "expected a label"),
     (b"(1 \xff)", "PTB line 1 is not UTF-8"), (7, "PTB line 1 is a int, not text"),
-    ("(3 a (2 b))", "follows a word"),
+    ("(3 a (2 b))", "follows a word"), ("(3 (2 ) (3 b))", "neither a word nor subtrees"),
 ], ids=["unclosed", "closed twice", "a word as label", "two trees", "a superscript digit",
-        "a label past int64", "bytes not UTF-8", "not text", "a word and a subtree"])
+        "a label past int64", "bytes not UTF-8", "not text", "a word and a subtree",
+        "a label alone"])
 def test_from_ptb_refuses_malformed_lines_naming_the_line(line, message):
     with pytest.raises(rj.InputError, match=message) as error:
         rj.Forest.from_ptb([line])

@@ -638,7 +638,11 @@ class _Builder:
             elif token == ")":
                 if not self.open_nodes:
                     raise InputError(f"PTB line {line_number}: unbalanced ')'")
-                self.open_nodes.pop()
+                closed = self.open_nodes.pop()
+                if closed is not None and not self.children[closed] and \
+                        self.leaf_values[closed] < 0:
+                    raise InputError(f"PTB line {line_number}: a bracket holds a label and "
+                                     "neither a word nor subtrees")
                 if not self.open_nodes:
                     if self.tree_root is None:
                         raise InputError(f"PTB line {line_number}: an empty tree")

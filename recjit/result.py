@@ -40,6 +40,11 @@ class Result:
         return cls(roots=rows_in_order(states, shapes, new_roots),
                    order_nodes=lambda: rows_in_order(states, shapes, new_of_old))
 
+    def __reduce__(self):
+        """Pickled whole, its nodes put in order (on a GPU, copied back) now: a result
+        crosses processes (a pool's worker returns it) without the lambda that orders them."""
+        return type(self), (self.nodes, self.roots)
+
     def __repr__(self):
         """Short: how many roots, and each state component's shape and dtype (a notebook shows
         this, not every root's numbers)."""

@@ -72,3 +72,23 @@ def test_plain_pickle_of_a_notebook_cells_model_says_which_function_it_cannot_pi
     model = notebook_cell(CELL, "<ipython-input-2-recjit>")["notebook_rnn"]
     with pytest.raises(pickle.PicklingError, match="notebook_rnn"):
         pickle.dumps(model)
+
+
+def test_a_runs_result_pickles_with_its_nodes_in_the_forests_order():
+    """As a process pool's worker returns it: the nodes are put in order first."""
+    forest = rj.Forest.random_binary(3, seed=1, mean_leaves=4, vocab_size=20)
+    result = tree_lstm.run(forest, make_params(4, 20, "float64", 0))
+    copied = pickle.loads(pickle.dumps(result))
+    for got, expected in zip(copied.nodes + copied.roots, result.nodes + result.roots,
+                             strict=True):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_pickling_a_pullback_is_refused_saying_what_to_send_instead():
+    forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=20)
+    out, pullback = tree_lstm.vjp(forest, make_params(4, 20, "float64", 0))
+    with pytest.raises(rj.RecJitError, match="send its Gradients"):
+        pickle.dumps(pullback)
+    gradients = pullback(roots=(np.ones_like(out.roots[0]), None))
+    np.testing.assert_array_equal(pickle.loads(pickle.dumps(gradients)).params.U_iou,
+                                  gradients.params.U_iou)

@@ -56,6 +56,11 @@ class Pullback:
         self.roots_listed_once = np.unique(linearized.roots).size == linearized.roots.size
         self.layouts = {}  # {per_tree: its `Layout`}
 
+    def __reduce__(self):
+        raise RecJitError("a pullback cannot be pickled: it holds its forward's arrays and "
+                          "compiled kernels, in the process of its vjp; call it there and "
+                          "send its Gradients, which pickle")
+
     @property
     def gives_device_gradients(self):
         """Whether `device_output=True` can leave the dense gradients on the device: a

@@ -322,6 +322,22 @@ def fraction(text):
     return value
 
 
+def rate(text):
+    """An argparse type: a finite number above 0 (a learning rate)."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {value}")
+    return value
+
+
+def penalty(text):
+    """An argparse type: a finite number, 0 or above (a weight decay)."""
+    value = float(text)
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number from 0 up, not {value}")
+    return value
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", default=DATA, help="directory of train.txt, dev.txt, test.txt")
@@ -331,9 +347,9 @@ def main():
     parser.add_argument("--batch", type=positive, default=25)
     parser.add_argument("--embedding", type=positive, default=300)
     parser.add_argument("--hidden", type=positive, default=150)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--embedding-lr", type=float, default=0.1)
-    parser.add_argument("--weight-decay", type=float, default=1e-4)
+    parser.add_argument("--lr", type=rate, default=0.05)
+    parser.add_argument("--embedding-lr", type=rate, default=0.1)
+    parser.add_argument("--weight-decay", type=penalty, default=1e-4)
     parser.add_argument("--dropout", type=fraction, default=0.5)
     parser.add_argument("--limit", type=positive, default=None,
                         help="train on the first N trees")

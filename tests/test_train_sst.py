@@ -111,8 +111,11 @@ def test_the_plain_pytorch_classifier_computes_where_its_parameters_are():
 @pytest.mark.parametrize("arguments, message", [
     (["--data", "{empty}"], "no train.txt, dev.txt, test.txt there"),
     (["--batch", "0"], "argument --batch: must be at least 1, not 0"),
-    (["--dropout", "1.5"], r"argument --dropout: must be in \[0, 1\), not 1.5")],
-    ids=["a directory without the treebank", "an empty batch", "a dropout of more than 1"])
+    (["--dropout", "1.5"], r"argument --dropout: must be in \[0, 1\), not 1.5"),
+    (["--lr", "-1"], "argument --lr: must be a number above 0, not -1.0"),
+    (["--weight-decay", "nan"], "argument --weight-decay: must be a number from 0 up, not nan")],
+    ids=["a directory without the treebank", "an empty batch", "a dropout of more than 1",
+         "a negative learning rate", "a weight decay not a number"])
 def test_the_scripts_bad_arguments_are_refused_naming_them(arguments, message, tmp_path,
                                                             monkeypatch, capsys):
     arguments = [argument.format(empty=tmp_path) for argument in arguments]

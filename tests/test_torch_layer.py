@@ -281,19 +281,15 @@ def test_a_tensor_the_cell_does_not_read_gets_no_gradient_and_the_others_theirs(
     assert all(value.grad is not None for value in params.values())
 
 
-def test_a_tensor_on_a_device_other_than_cpu_or_cuda_is_refused_naming_it():
+@pytest.mark.parametrize("replaced, message", [
+    (lambda weight: torch.empty(weight.shape, dtype=torch.float64, device="meta"), "is on meta"),
+    (lambda weight: weight.detach().to_sparse(), "is a torch.sparse_coo tensor")],
+    ids=["a device other than cpu or cuda", "a sparse tensor"])
+def test_a_tensor_recjit_cannot_read_is_refused_naming_it(replaced, message):
     forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
     params = dict(module().named_parameters())
-    params["U_f"] = torch.empty(params["U_f"].shape, dtype=torch.float64, device="meta")
-    with pytest.raises(rj.InputError, match="parameter 'U_f' is on meta"):
-        rj.torch.apply(child_sum_tree_lstm, forest, params)
-
-
-def test_a_sparse_tensor_is_refused_naming_it():
-    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
-    params = dict(module().named_parameters())
-    params["U_f"] = params["U_f"].detach().to_sparse()
-    with pytest.raises(rj.InputError, match="parameter 'U_f' is a torch.sparse_coo tensor"):
+    params["U_f"] = replaced(params["U_f"])
+    with pytest.raises(rj.InputError, match=f"parameter 'U_f' {message}"):
         rj.torch.apply(child_sum_tree_lstm, forest, params)
 
 

@@ -401,8 +401,9 @@ class Sink:
             if self.trees is None:
                 return RowGrad.summed(indices, values, shape, self.dtype)
             order, bounds = self.by_tree(nodes)
-            return [RowGrad.summed(indices[order[begin:end]], values[order[begin:end]], shape,
-                                   self.dtype) for begin, end in itertools.pairwise(bounds)]
+            indices, values = indices[order], values[order]  # each tree's rows one slice
+            return [RowGrad.summed(indices[begin:end], values[begin:end], shape, self.dtype)
+                    for begin, end in itertools.pairwise(bounds)]
         leading = () if self.trees is None else (trees,)
         parts = self.device_parts.get(name, [])
         if is_weak(value):  # a Python number's gradient is one, on the host

@@ -236,8 +236,7 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     vectors' worth of columns, are its product's panels as they lie (`row_panels`), and its
     a rows, read transposed, the product's x. The padded panel after the whole ones writes
     scratch rows, each task's its own, whose first columns are the gradient's last: a task
-    allocates nothing (the padded panels and scratch made a task's, two allocations and a
-    copy of its rows, cost H=150's U_f a quarter of its time). A task is a tree and
+    allocates nothing, for a task is small (a tree's rows deep). A task is a tree and
     `TREE_ROW_BLOCK` whole rows of its gradient, so that each thread writes a new `totals` a
     row at a time, not a column strip of every row; consecutive tasks are different trees,
     so that the threads' even shares of the tasks (`workers` of them, as numba's count is

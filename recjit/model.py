@@ -171,7 +171,7 @@ class RecursiveModel:
         # backward kernel)
         self._adjoints = {}
         self._latest = {}
-        self._latest_backward = {}  # {backend: the backward kernel of its last `vjp`}
+        self._latest_backward = {}  # {backend: the backward kernel compiled or used last}
         self._lock = threading.Lock()
         self.kernels_compiled = 0  # forward kernels this process compiled or loaded from disk
 
@@ -482,8 +482,6 @@ class RecursiveModel:
         cell = compiled.cell
         p = pinned(p, cell.parameters, copied_parameters(cell, p))
         _, adjoints, backward = self._backward(key, compiled, wanted)
-        if backward is not None and wanted is None:
-            self._latest_backward[backend] = backward
         kept = {}
         if linearized.num_nodes:
             states = compiled.backend_kernel(linearized, p,
@@ -537,6 +535,8 @@ class RecursiveModel:
                 backward = backward_kernel(key, kernel, compiled.schedule, cell.dtype)
             entry = (cell, adjoints, backward)
             self._adjoints[(key, wanted)] = entry
+        if entry[2] is not None and wanted is None:  # what kernel_source(grad=True) shows
+            self._latest_backward[key[0]] = entry[2]
         return entry
 
     def _height_batched(self, forest, linearized, states):
@@ -715,8 +715,9 @@ class RecursiveModel:
     @_user_facing
     def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
         """The generated source of the kernel compiled last for `backend` (or for this forest
-        and these parameters, when given); `grad=True`: of the backward kernel of the last
-        `vjp` (or of one for this forest and these parameters)."""
+        and these parameters, when given); `grad=True`: of the backward kernel compiled last
+        (by `vjp`, `explain(grad=True)` or this; or of one for this forest and these
+        parameters)."""
         if checked_flag("grad", grad):
             return self._backward_source(backend, forest, p, context)
         if forest is not None and p is not None:

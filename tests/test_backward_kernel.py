@@ -97,6 +97,15 @@ def test_kernel_source_with_grad_prints_the_backward_kernel_of_the_last_vjp():
     assert "cot_0[child0, e] = cot_0[child0, e] +" in source.replace("(", "").replace(")", "")
 
 
+def test_kernel_source_with_grad_prints_the_backward_explain_compiled_last():
+    """As the forward's: `explain(grad=True)` compiles a backward, which is then the last."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    tree_rnn.vjp(forest, tree_rnn_params(HIDDEN, VOCAB, "float64", 0))
+    assert "(float64, exact math)" in tree_rnn.kernel_source(grad=True)
+    tree_rnn.explain(forest, tree_rnn_params(HIDDEN, VOCAB, "float32", 0), grad=True)
+    assert "(float32, fast math)" in tree_rnn.kernel_source(grad=True)
+
+
 def test_explain_with_grad_prints_the_backward_ilir_roots_first():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=5, vocab_size=VOCAB)
     text = tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)

@@ -2,9 +2,11 @@
 pickles as a reference to it; a notebook cell's, by value with cloudpickle, its source
 included, so that another process can analyse and compile it. Compiled kernels stay behind."""
 import linecache
+import multiprocessing
 import pickle
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -82,6 +84,16 @@ def test_a_runs_result_pickles_with_its_nodes_in_the_forests_order():
     for got, expected in zip(copied.nodes + copied.roots, result.nodes + result.roots,
                              strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_a_process_pools_workers_return_the_results_of_runs():
+    forest = rj.Forest.random_binary(2, seed=2, mean_leaves=4, vocab_size=20)
+    p = make_params(4, 20, "float64", 0)
+    expected = tree_lstm.run(forest, p)
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        results = list(pool.map(tree_lstm.run, [forest, forest], [p, p]))
+    for result in results:
+        np.testing.assert_array_equal(result.nodes[0], expected.nodes[0])
 
 
 def test_pickling_a_pullback_is_refused_saying_what_to_send_instead():

@@ -83,6 +83,18 @@ def test_a_dag_models_gradients_sum_what_every_parent_sends_back(forest, seed):
                                                                       seed=seed % 7), seed)
 
 
+@few
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), grids=st.integers(1, 2), seed=seeds)
+def test_a_dag_models_gradients_on_grids_are_the_recursions(rows, cols, grids, seed):
+    """DAG-RNN's own setting: every cell of a grid reads its left and upper neighbours, so an
+    inner cell has two parents."""
+    cells = rows * cols * grids
+    x = np.random.default_rng(seed).normal(size=(cells, HIDDEN))
+    forest = rj.Forest.grid_dag(rows, cols, fields={"x": x}, num_grids=grids)
+    assert_gradients_are_differences(dag_rnn, forest, dag_rnn_params(HIDDEN, dtype="float64",
+                                                                      seed=seed % 7), seed)
+
+
 CELLS = {"scalar parameter": (scaled_rnn, scaled_rnn_params, binary_forests),
          "powers and division": (powered_rnn, scaled_rnn_params, binary_forests),
          "parameters read transposed": (row_major_rnn, row_major_params, binary_forests),

@@ -30,7 +30,7 @@ from conftest import (assert_gradients_are_differences, assert_same_gradients,
 
 HIDDEN, VOCAB = 3, 6
 BINARY = binary_forests(VOCAB, max_trees=3, max_leaves=5)
-NARY = nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4)
+NARY = nary_forests(VOCAB, max_trees=3, max_leaves=7, max_children=6)  # arity 1-6
 SEQUENCES = word_sequences(VOCAB, max_length=5, max_sequences=2)
 ZOO = {"tree_fc": (tree_fc, tree_fc_params, BINARY),
        "tree_rnn": (tree_rnn, tree_rnn_params, BINARY),

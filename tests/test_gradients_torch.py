@@ -174,7 +174,7 @@ def assert_torch_agrees(model, torch_cell, forest, p, seed):
 
 
 FORESTS = {binary_forests: binary_forests(VOCAB, max_trees=3, max_leaves=5),
-           nary_forests: nary_forests(VOCAB, max_trees=3, max_leaves=6, max_children=4),
+           nary_forests: nary_forests(VOCAB, max_trees=3, max_leaves=7, max_children=6),
            word_sequences: word_sequences(VOCAB, max_length=5, max_sequences=2)}
 
 

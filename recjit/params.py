@@ -22,7 +22,8 @@ class Params:
     def to_device(self):
         """These parameters copied once into GPU memory, for `backend="cuda"` runs to use
         without a copy per run."""
-        from .codegen_cuda.device import to_device
+        from .codegen_cuda.device import require_device, to_device
+        require_device(f"{type(self).__name__}.to_device()")
         arrays = vars(self)
         dtypes = {value.dtype for value in arrays.values() if not is_weak(value)}
         number_dtype = dtypes.pop() if len(dtypes) == 1 else np.float64

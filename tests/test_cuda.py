@@ -981,11 +981,17 @@ def test_fields_exposing_the_cuda_array_interface_are_read_in_place():
 
 @pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="this machine has a GPU")
 def test_without_a_gpu_or_the_simulator_backend_cuda_says_what_it_needs():
+    """And so does copying parameters to the device, which numba would refuse with its own
+    CudaSupportError."""
     program = ("import sys; sys.path.insert(0, 'examples'); import recjit as rj\n"
                "from tree_rnn import tree_rnn, make_params\n"
                "try:\n"
                "    tree_rnn.run(rj.Forest.from_nested([(1, 2)]), make_params(3, 5, 'float64'),"
                " backend='cuda')\n"
+               "except rj.RecJitError as error:\n"
+               "    print(error)\n"
+               "try:\n"
+               "    make_params(3, 5, 'float64').to_device()\n"
                "except rj.RecJitError as error:\n"
                "    print(error)\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -993,4 +999,5 @@ def test_without_a_gpu_or_the_simulator_backend_cuda_says_what_it_needs():
     output = subprocess.run([sys.executable, "-c", program], cwd=root, env=environment,
                             capture_output=True, text=True, timeout=120, check=False).stdout
     assert "backend='cuda' needs an NVIDIA GPU" in output
+    assert "Params.to_device() needs an NVIDIA GPU" in output
     assert "NUMBA_ENABLE_CUDASIM=1" in output

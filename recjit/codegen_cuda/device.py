@@ -51,11 +51,12 @@ class GpuMath:
         return math.sqrt(x) if x >= 0 else math.nan
 
 
-def require_device():
+def require_device(what="backend='cuda'"):
+    """Refuse `what` (a backend, a copy to the device) where there is no GPU to run it on."""
     if not simulated() and not cuda.is_available():
-        raise RecJitError("backend='cuda' needs an NVIDIA GPU and its driver (numba.cuda finds "
-                          "none here); NUMBA_ENABLE_CUDASIM=1 runs the same kernels in "
-                          "numba's simulator, slowly")
+        raise RecJitError(f"{what} needs an NVIDIA GPU and its driver (numba.cuda finds none "
+                          "here); NUMBA_ENABLE_CUDASIM=1 runs the same kernels in numba's "
+                          "simulator, slowly")
 
 
 def threads_per_block():

@@ -480,7 +480,8 @@ class RecursiveModel:
         forest, key, compiled, linearized = self._checked(
             analysis, forest, p, backend, self._training_schedule(schedule))
         cell = compiled.cell
-        p = pinned(p, cell.parameters, copied_parameters(cell, p))
+        copied = copied_parameters(cell, p)
+        p = pinned(p, cell.parameters, copied)
         _, adjoints, backward = self._backward(key, compiled, wanted)
         kept = {}
         if linearized.num_nodes:
@@ -497,7 +498,7 @@ class RecursiveModel:
             states, result = [], self._empty_result(cell)
         return result, Pullback(cell, adjoints, linearized, states, p,
                                 analysis.usage.context, backward, kept,
-                                parameter_guards(cell, p, linearized.fields,
+                                parameter_guards(cell, p, linearized.fields, copied,
                                                  device_guard(backend)))
 
     def _training_schedule(self, schedule):

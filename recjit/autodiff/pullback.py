@@ -449,9 +449,9 @@ def copied_parameters(cell, params):
             if isinstance(getattr(params, name), np.ndarray) and name not in tables}
 
 
-def parameter_guards(cell, params, fields, on_device=None):
-    """What a pullback checks before each call: the parameters it reads where they are, not
-    copied at vjp (`copied_parameters`), as the forward read them. A pullback that read
+def parameter_guards(cell, params, fields, copied, on_device=None):
+    """What a pullback checks before each call: the parameters it reads where they are, all
+    but those `copied` at vjp (`copied_parameters`), as the forward read them. A pullback that read
     updated ones would mix them with the forward's states: a gradient at no point. Of a host
     table the cell only gathers from, only the rows its forest gathers are copied and
     compared (`ForwardValues`); GPU arrays ({name: (array, rows)}) are compared by
@@ -461,10 +461,10 @@ def parameter_guards(cell, params, fields, on_device=None):
     tables = only_gathered_tables(cell)
     guards, on_gpu = [], {}
     for name in cell.parameters:
+        if name in copied:
+            continue
         value = getattr(params, name)
         on_host = isinstance(value, np.ndarray)
-        if on_host and name not in tables:
-            continue  # copied at vjp
         if not on_host and (on_device is None or not on_gpu_memory(value)):
             continue
         rows = None

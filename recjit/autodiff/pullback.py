@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
 from ..frontend.cell_ir import attribute
-from ..linearize import node_trees
+from ..linearize import edge_parents, node_trees
 from ..lowering.arguments import LeafGroups, leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
@@ -236,11 +236,9 @@ class Layout:
             return Layout(trees, None, {})
         groups = leaf_groups(compiled.kernel, linearized, trees)
         leaf_begin = linearized.leaf_begin
-        internal = np.arange(leaf_begin)
-        nodes_of = {RowsOf.INTERNAL: internal,
+        nodes_of = {RowsOf.INTERNAL: np.arange(leaf_begin),
                     RowsOf.LEAVES: np.arange(leaf_begin, linearized.num_nodes),
-                    RowsOf.EDGES: np.repeat(internal,
-                                            np.diff(linearized.child_ptr[:leaf_begin + 1]))}
+                    RowsOf.EDGES: edge_parents(linearized)}
         if groups is not None:
             nodes_of[RowsOf.LEAF_GROUPS] = leaf_begin + groups.first_leaves()
         return Layout(trees, groups, nodes_of)

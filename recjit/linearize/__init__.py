@@ -2,11 +2,12 @@
 from ..generated import guard_caches
 from . import linearizer, unroll
 from .forest import Forest, random_bracketing
-from .linearizer import (Linearized, distinct, first_outside, linearize, node_trees,
-                         one_node_per_batch, parent_edges)
+from .linearizer import (Linearized, distinct, edge_parents, first_outside, linearize,
+                         node_trees, one_node_per_batch, parent_edges)
 from .unroll import unroll_batches
 
 guard_caches(linearizer, unroll)
 
-__all__ = ["Forest", "Linearized", "distinct", "first_outside", "linearize", "node_trees",
-           "one_node_per_batch", "parent_edges", "random_bracketing", "unroll_batches"]
+__all__ = ["Forest", "Linearized", "distinct", "edge_parents", "first_outside", "linearize",
+           "node_trees", "one_node_per_batch", "parent_edges", "random_bracketing",
+           "unroll_batches"]

@@ -409,6 +409,13 @@ def node_trees(linearized):
     return tree, int(shared)
 
 
+def edge_parents(linearized):
+    """The parent of every edge (a position in `child_idx`), in this numbering: the internal
+    node whose children it lists."""
+    leaf_begin = linearized.leaf_begin
+    return np.repeat(np.arange(leaf_begin), np.diff(linearized.child_ptr[:leaf_begin + 1]))
+
+
 def parent_edges(linearized):
     """(parent_ptr, parent_edge): node n's edges from its parents are
     parent_edge[parent_ptr[n]:parent_ptr[n + 1]], positions in `child_idx` (a DAG's backward

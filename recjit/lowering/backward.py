@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..frontend.cell_ir import EACH, label
-from ..linearize import distinct
+from ..linearize import distinct, edge_parents
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Comment, Const,
                    GradientRows, GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store,
                    Var, add, mul)
@@ -223,7 +223,7 @@ def kept_for_copies(kept, arrays, original, linearized, node_of, distinct_key=No
     forest). Each row (an internal node's, an edge's, a leaf's, or a distinct key's of the
     leaves, by the field `distinct_key`) is the row of the one it copies."""
     leaf_begin, child_ptr = linearized.leaf_begin, linearized.child_ptr
-    parents = np.repeat(np.arange(leaf_begin), np.diff(child_ptr[:leaf_begin + 1]))
+    parents = edge_parents(linearized)
     leaf_of = node_of[leaf_begin:] - original.leaf_begin
     entity_of = {RowsOf.INTERNAL: node_of[:leaf_begin],
                  RowsOf.EDGES: (original.child_ptr[node_of[parents]]

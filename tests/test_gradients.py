@@ -346,12 +346,17 @@ def test_per_tree_gradients_and_jacobians_refuse_a_node_two_trees_share_naming_i
         dag_rnn.jacobian(forest, p, wrt="x")
 
 
+def listed_twice():
+    """(a forest of two trees, the same forest listing its first tree's root twice)."""
+    nested = rj.Forest.from_nested([((0, 1), 2), (3, 4)])
+    return nested, rj.Forest(nested.child_ptr, nested.child_idx, nested.roots[[0, 1, 0]],
+                             nested.fields, nested.kind)
+
+
 def test_per_tree_gradients_and_jacobians_refuse_a_root_listed_twice_naming_it():
     """Both listings are trees of the forest holding every node of that tree: the per-tree
     gradients would give one of them all, and a jacobian its unit cotangents twice."""
-    nested = rj.Forest.from_nested([((0, 1), 2), (3, 4)])
-    forest = rj.Forest(nested.child_ptr, nested.child_idx, nested.roots[[0, 1, 0]],
-                       nested.fields, nested.kind)
+    nested, forest = listed_twice()
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=1)
     out, pullback = tree_rnn.vjp(forest, p)
     listed = f"node {nested.roots[0]} belongs to two trees of the forest \\(it is listed 2 times"
@@ -364,9 +369,7 @@ def test_per_tree_gradients_and_jacobians_refuse_a_root_listed_twice_naming_it()
 def test_a_root_listed_twice_takes_both_of_its_cotangents():
     """Whole gradients of a forest listing one tree twice are those of the sum of both
     listings' cotangents given to one listing."""
-    nested = rj.Forest.from_nested([((0, 1), 2), (3, 4)])
-    twice = rj.Forest(nested.child_ptr, nested.child_idx, nested.roots[[0, 1, 0]],
-                      nested.fields, nested.kind)
+    nested, twice = listed_twice()
     p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=2)
     roots = np.random.default_rng(3).normal(size=(3, HIDDEN))
     _, pullback = tree_rnn.vjp(twice, p)

@@ -382,12 +382,21 @@ def setup(parser, args, machine=None):
     if args.trees and os.path.exists(args.trees):
         with open(args.trees) as handle:
             trees = [line for line in handle if line.strip()]
-    header = {"machine": machine, "cpu": f"{platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} cores", "trees": args.trees if trees else "synthetic",
+    header = {"machine": machine, "cpu": cpu_facts(), "trees": args.trees if trees else "synthetic",
               "versions": {"python": platform.python_version(), "numpy": np.__version__,
                            "numba": numba.__version__, "recjit": rj.__version__},
               "gpu": gpu}
     return header, trees
+
+
+def cpu_facts():
+    """The CPU as numba compiles for it: its LLVM name, its cores, and the vector width the
+    CPU kernels use (64 bytes with AVX-512, 32 without), which sets their speed."""
+    import llvmlite.binding as llvm
+    from recjit.codegen_cpu.runtime import VECTOR_BYTES
+    name = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
+    return (f"{platform.processor() or platform.machine()} ({name}), {os.cpu_count()} cores, "
+            f"{VECTOR_BYTES}-byte vectors")
 
 
 def write_results(base, results, markdown_text, plot_to=None):

@@ -58,8 +58,8 @@ from recjit.lowering.backward import row_counts  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.join(HERE, "..", "examples"), HERE]
 
-from bench import (ZOO, _gpu_line, batches as zoo_forests, flops, gpu_facts,  # noqa: E402
-                   write_results)
+from bench import (ZOO, _gpu_line, batches as zoo_forests, cpu_facts, flops,  # noqa: E402
+                   gpu_facts, write_results)
 from peers.cells import tree_lstm as peer_tree_lstm  # noqa: E402
 from peers.torch_peers import TorchOps  # noqa: E402
 from train_sst import CELLS, Classifier, initial_parameters, optimizer  # noqa: E402
@@ -732,7 +732,7 @@ def main():
     lines = sst_lines(os.path.join(args.data, "train.txt"), count * 25)
     batches = sst_batches(lines, 25, vocab)
     results = {"machine": args.machine,
-               "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+               "cpu": cpu_facts(),
                "versions": {"python": platform.python_version(), "numpy": np.__version__,
                             "numba": numba.__version__, "torch": torch.__version__,
                             "recjit": rj.__version__}}

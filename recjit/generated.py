@@ -119,6 +119,21 @@ def guard_caches(*modules):
                 _guard(cache, getattr(value, "__qualname__", repr(value)))
 
 
+def key_caches_by(module, *callees):
+    """Key the disk cache of every cached numba function of `module` by the source of the
+    modules `callees` too. numba keys a function's machine code by its own file, yet the code
+    holds a copy of every function it calls: without this, a change in a callee's module
+    left its callers running the old copy beside the new one (a panel width changed in the
+    runtime, and not in the per-tree products' copy of it, gave wrong gradients)."""
+    sources = hashlib.sha256(b"".join(pathlib.Path(callee.__file__).read_bytes()
+                                      for callee in callees)).digest()
+    for value in vars(module).values():
+        cache_file = getattr(getattr(value, "_cache", None), "_cache_file", None)
+        if cache_file is not None and not getattr(cache_file, "keyed_by_callees", False):
+            cache_file._source_stamp = (cache_file._source_stamp, sources)
+            cache_file.keyed_by_callees = True
+
+
 def _guard(cache, name):
     load, save = cache.load_overload, cache.save_overload
 

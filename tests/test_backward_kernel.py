@@ -16,6 +16,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from recjit.codegen_cpu import calls
+from recjit.codegen_cpu.runtime import VECTOR_BYTES
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
 from recjit.lowering import ilir
@@ -239,6 +240,7 @@ def test_explain_with_grad_says_whether_the_forward_keeps_its_products():
 
 
 CHILD_SUM_FOREST = rj.Forest.from_nested([((1, 2, 3), (4, (5, 0))), (0, 1, 2)])
+FLOAT32_PANEL = 2 * VECTOR_BYTES // 4  # a panel's columns: two vectors
 
 
 def edge_loops_holding_element_loops(body):
@@ -345,12 +347,12 @@ def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("a_width, b_width", [(7, 5), (50, 40), (3, 16)])
+@pytest.mark.parametrize("a_width, b_width", [(7, 5), (50, 40), (3, FLOAT32_PANEL)])
 def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a_width,
                                                                          b_width):
     """Σ a[n] ⊗ b[n] over each tree's rows, whatever their order, with b's columns beyond
-    its whole panels (5, 40), none beyond (16 float32), more rows of a than one task takes
-    (50), and a tree without rows."""
+    its whole panels (5, 40), none beyond (a float32 panel), more rows of a than one task
+    takes (50), and a tree without rows."""
     p = tree_lstm_params(HIDDEN, VOCAB, dtype, 1)
     pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
     rng = np.random.default_rng(a_width)

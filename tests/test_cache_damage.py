@@ -121,3 +121,46 @@ def test_a_kernel_whose_file_was_cut_is_rebuilt_in_a_new_process(tmp_path):
     again = run()
     assert float(again.stdout) < 1e-12
     assert "CacheWarning" in again.stderr and kernel.name in again.stderr
+
+
+CALLEE = '''from numba import njit
+
+
+@njit(cache=True)
+def value():
+    return {value}
+'''
+CALLER = '''from numba import njit
+
+import callee
+
+
+@njit(cache=True)
+def total():
+    return callee.value() + 1
+'''
+CALLS = """
+import sys
+sys.path.insert(0, {folder!r})
+import callee, caller
+from recjit.generated import key_caches_by
+key_caches_by(caller, callee)
+print(caller.total())
+"""
+
+
+def test_a_cached_function_compiles_again_when_a_module_it_calls_has_changed(tmp_path):
+    """numba's own key would load the caller's copy of the old callee: 1 + 1, not 5 + 1."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def total():
+        result = subprocess.run([sys.executable, "-c", CALLS.format(folder=str(tmp_path))],
+                                cwd=root, capture_output=True, text=True, timeout=300,
+                                check=True)
+        return int(result.stdout)
+
+    (tmp_path / "caller.py").write_text(CALLER)
+    (tmp_path / "callee.py").write_text(CALLEE.format(value=1))
+    assert total() == 2
+    (tmp_path / "callee.py").write_text(CALLEE.format(value=5))
+    assert total() == 6

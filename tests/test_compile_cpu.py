@@ -8,6 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 import recjit as rj
 from recjit.codegen_cpu.emit import SERIAL_ITEMS
+from recjit.codegen_cpu.runtime import VECTOR_BYTES
 from recjit.linearize import random_bracketing
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import make_params as tree_lstm_params, tree_lstm
@@ -171,6 +172,12 @@ def test_explain_shows_cases_batches_and_barriers():
     assert "barrier: the products read the packed inputs" in text
     assert "barrier: the elementwise ops read the products" in text
     assert "barriers per batch: 3" in text
+
+
+def test_explain_names_the_width_of_the_products_vectors():
+    forest = rj.Forest.from_nested([((1, 2), 3)])
+    text = tree_lstm.explain(forest, tree_lstm_params(4, VOCAB, "float64"))
+    assert f"the products' vectors are {VECTOR_BYTES} bytes" in text
 
 
 def test_an_empty_forest_gives_empty_results():

@@ -1,13 +1,23 @@
 """The hand-tuned building blocks of generated CPU kernels equal their plain definitions."""
+import os
+import subprocess
+import sys
 import threading
 
 import numba
 import numpy as np
+import pytest
 from hypothesis import given, strategies as st
 
 from recjit.codegen_cpu import calls
-from recjit.codegen_cpu.runtime import (OUTER_CHUNK, matmul_rows, matmul_share, pack_share,
-                                       panel_rows, row_panels, tail_rows, weight_panels)
+from recjit.codegen_cpu.runtime import (OUTER_CHUNK, VECTOR_BYTES, matmul_rows, matmul_share,
+                                       pack_share, panel_rows, row_panels, tail_rows,
+                                       target_vector_bytes, weight_panels)
+
+
+def panel_width(dtype):
+    """The rows of a panel: two vectors' worth of `dtype`."""
+    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
 def no_tail(weight):
@@ -125,7 +135,7 @@ def test_products_through_a_transposed_parameters_rows_as_panels_equal_numpy(
     parameter = rng.normal(size=(inner, weight_rows)).astype(dtype)
     parameter.flags.writeable = False
     panels = row_panels(parameter.T)
-    assert panels.shape[0] == weight_rows // (64 // parameter.itemsize)
+    assert panels.shape[0] == weight_rows // panel_width(dtype)
     assert np.shares_memory(panels, parameter) or panels.size == 0
     x = rng.normal(size=(nodes, inner)).astype(dtype)
     y = np.full((nodes, weight_rows), np.nan, dtype=dtype)
@@ -145,7 +155,7 @@ def test_pack_share_transposes_every_whole_panel_of_the_weight(weight_rows, inne
     weight = np.random.default_rng(weight_rows * 100 + inner).normal(
         size=(weight_rows, inner)).astype(dtype)
     panels = weight_panels(weight, True)
-    width = 64 // weight.itemsize
+    width = panel_width(dtype)
     assert panels.shape == (weight_rows // width, inner, width)
     pack_share(weight, panels, width, 0, 1)
     whole = panels.shape[0] * width
@@ -161,7 +171,7 @@ def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, in
     1), any number of columns: within a chunk of `OUTER_CHUNK`, past it, and columns left
     over after a chunk's split into accumulator sets."""
     rng = np.random.default_rng(nodes * 1000 + num_panels * 50 + inner)
-    width = 64 // np.dtype(dtype).itemsize
+    width = panel_width(dtype)
     weight = rng.normal(size=(num_panels * width, inner)).astype(dtype)
     panels = weight_panels(weight, True)
     pack_share(weight, panels, width, 0, 1)
@@ -182,7 +192,7 @@ def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, in
 
 def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_strided():
     """No panels: `matmul_share` multiplies every row through `matmul_rows`."""
-    weight = np.ones((64, 16), dtype=np.float32)
+    weight = np.ones((4 * panel_width(np.float32), 16), dtype=np.float32)
     assert weight_panels(weight, False).shape[0] == 0
     assert weight_panels(weight[:, ::2], True).shape[0] == 0
     assert weight_panels(weight, True).shape[0] == 4
@@ -191,12 +201,13 @@ def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_stride
 def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
     """Vector stores need adjacent columns; any other y takes `matmul_rows` for every row."""
     rng = np.random.default_rng(3)
-    weight = rng.normal(size=(32, 8)).astype(np.float32)
+    width = panel_width(np.float32)
+    weight = rng.normal(size=(2 * width, 8)).astype(np.float32)
     x = rng.normal(size=(5, 8)).astype(np.float32)
     panels = weight_panels(weight, True)
-    pack_share(weight, panels, 32, 0, 1)
-    y = np.full((5, 64), np.nan, dtype=np.float32)
-    matmul_share(weight, panels, no_tail(weight), x, y[:, ::2], 5, 32, 0, 1, True,
+    pack_share(weight, panels, width, 0, 1)
+    y = np.full((5, 4 * width), np.nan, dtype=np.float32)
+    matmul_share(weight, panels, no_tail(weight), x, y[:, ::2], 5, width, 0, 1, True,
                  np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     np.testing.assert_allclose(y[:, ::2], x @ weight.T, rtol=1e-5, atol=1e-5)
     assert np.isnan(y[:, 1::2]).all()
@@ -207,8 +218,9 @@ def test_the_tail_of_a_weight_read_transposed_is_its_rows_after_the_whole_panels
     parameter = np.arange(450 * 150, dtype=np.float32).reshape(450, 150)
     weight = parameter.T
     tail = tail_rows(weight, row_panels(weight))
+    whole = 150 - 150 % panel_width(np.float32)
     assert tail.flags.c_contiguous
-    np.testing.assert_array_equal(tail, weight[144:])
+    np.testing.assert_array_equal(tail, weight[whole:])
     assert tail_rows(parameter, weight_panels(parameter, True)).shape[0] == 0
 
 
@@ -232,12 +244,38 @@ def test_outer_blocks_keep_the_small_terms_of_a_long_row_behind_a_large_first_on
     loses them all; sums of `OUTER_CHUNK` columns added to y lose at most the first chunk's
     (a one-node block splits a chunk over several accumulators, and keeps some of those)."""
     tiny = 2.0 ** -25
-    weight = np.full((16, 512), tiny, dtype=np.float32)
+    width = panel_width(np.float32)
+    weight = np.full((width, 512), tiny, dtype=np.float32)
     weight[:, 0] = 1
     panels = weight_panels(weight, True)
-    pack_share(weight, panels, 16, 0, 1)
-    y = np.zeros((1, 16), dtype=np.float32)
+    pack_share(weight, panels, width, 0, 1)
+    y = np.zeros((1, width), dtype=np.float32)
     panel_rows(panels, np.ones((1, 512), dtype=np.float32), y, 1, 0, 1)
     exact = 1 + 511 * tiny
     assert np.all(y <= exact)
     assert np.all(exact - y <= OUTER_CHUNK * tiny)
+
+
+def test_a_vector_is_one_register_of_the_cpu_numba_compiles_for():
+    """64 bytes where the target has AVX-512, 32 (AVX2's) anywhere else."""
+    assert target_vector_bytes("+avx,+avx2,+avx512f,+fma") == 64
+    assert target_vector_bytes("+avx,+avx2,-avx512f,+fma") == 32
+    assert target_vector_bytes("+avx512fp16") == 32
+    assert target_vector_bytes("") == 32
+
+
+@pytest.mark.skipif(VECTOR_BYTES == 32, reason="the suite itself runs the 32-byte vectors here")
+def test_the_32_byte_vectors_give_numpys_products_and_the_recursions_gradients():
+    """Where the suite runs the AVX-512 vectors, the AVX2 ones are checked in a process that
+    compiles for this CPU without AVX-512: the blocks against NumPy, a TreeLSTM's float32
+    states through packed weights and its gradients against the recursion."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = dict(os.environ, NUMBA_CPU_FEATURES="-avx512f")
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "tests/test_runtime.py", "-k", "not 32_byte",
+         "tests/test_zoo.py::test_weights_packed_into_panels_give_the_reference_in_float32"
+         + "[tree_lstm]",
+         "tests/test_gradients.py::test_a_zoo_models_gradients_are_the_recursions[tree_lstm]"],
+        cwd=root, env=environment, capture_output=True, text=True, timeout=900, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

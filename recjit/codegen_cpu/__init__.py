@@ -3,7 +3,7 @@ import functools
 
 import numpy as np
 
-from ..generated import guard_caches, load_module
+from ..generated import guard_caches, key_caches_by, load_module
 from ..lowering.arguments import forest_arguments, kernel_parameters
 from ..lowering.backward import edge_cotangent_shapes, gradient_shapes, kept_shapes
 from ..lowering.ilir import ArgumentRole
@@ -15,6 +15,7 @@ from .emit import emit_source
 from .launch import Launcher
 
 guard_caches(runtime)
+key_caches_by(calls, runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
 _weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
                                      "recjit_cpu_weight_gradients_by_tree")
@@ -109,7 +110,8 @@ class CpuKernel(GeneratedKernel):
         text = ("one call of a numba parallel function (prange loops; a loop's end is a "
                 "barrier); in forests of at least "
                 f"{self.pack_from_nodes} nodes, parallel products go through weight panels "
-                "packed once a run")
+                f"packed once a run; the products' vectors are {runtime.VECTOR_BYTES} bytes, "
+                f"one {'AVX-512' if runtime.VECTOR_BYTES == 64 else 'AVX'} register")
         if self.planned != self.kernel:
             text += ("; sums over children are summed child by child into rows (`sums_...`) "
                      "before the element loops that read them, so those loops vectorize")

@@ -13,8 +13,9 @@ behind the code"):
 The blocks are LLVM vector IR (a numba intrinsic), not numba code. From a scalar dot product,
 LLVM vectorizes the k loop and then ends each of the block's accumulators with a horizontal
 sum of its own, six shuffles and adds per output, 72 for the 6×2 block. Here the accumulators
-are explicit vectors (8 float32 or 4 float64 lanes, one 32-byte AVX register) and one
-transposing tree sums eight of them together, seven merges of two shuffles and an add.
+are explicit vectors of `VECTOR_BYTES` (one register: 16 float32 lanes with AVX-512, 8 with
+AVX2) and one transposing tree sums as many of them together as they have lanes, each merge two
+shuffles and an add.
 
 `matmul_share`, every product of the batch loop and of the hoisted leaves, multiplies through
 the weight's *panels* when the run packed them: the weight transposed once per run in panels
@@ -30,10 +31,24 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.core.errors import TypingError
+from numba.core.registry import cpu_target
 from numba.extending import intrinsic
 from numpy.lib.stride_tricks import as_strided
 
-VECTOR_BYTES = 32
+
+
+def target_vector_bytes(features):
+    """The bytes of one vector register of the CPU numba compiles for, from its LLVM feature
+    string (`+avx512f,...`): 64 with AVX-512, else 32 (AVX2's; LLVM splits it where the CPU
+    has less). Numba's disk cache is keyed by the same features, so a kernel compiled for one
+    width is never loaded where the other is used."""
+    return 64 if "+avx512f" in features.split(",") else 32
+
+
+# Every block's vectors, and a panel's width (two of them): AVX-512's where the CPU has it,
+# measured faster (benchmarks/README.md, "Measurements behind the code");
+# `NUMBA_CPU_FEATURES=-avx512f` opts out.
+VECTOR_BYTES = target_vector_bytes(cpu_target.target_context.codegen().magic_tuple()[2])
 _FAST = ("fast",)
 
 

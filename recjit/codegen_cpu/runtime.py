@@ -36,7 +36,6 @@ from numba.extending import intrinsic
 from numpy.lib.stride_tricks import as_strided
 
 
-
 def target_vector_bytes(features):
     """The bytes of one vector register of the CPU numba compiles for, from its LLVM feature
     string (`+avx512f,...`): 64 with AVX-512, else 32 (AVX2's; LLVM splits it where the CPU

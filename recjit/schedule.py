@@ -86,7 +86,8 @@ class Schedule:
     - `pack_from_nodes`: CPU, forests of at least this many nodes multiply through weights
       transposed into panels once per run (outer-product blocks, about 25% faster per
       multiply-add); smaller ones read the weights as they are, since packing costs about a
-      read and a write of every weight. 0: always.
+      read and a write of every weight. A node whose products multiply a matrix state counts
+      once per column of it (each column is a row of the products). 0: always.
     - `threads` (CUDA): threads a block, a multiple of 32 up to 512; the kernels are compiled
       with it as their launch bound, so their registers fit. None: the backend's default.
     - `blocks` (CUDA, fused): the blocks of the persistent grid, fewer where fewer can be

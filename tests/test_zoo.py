@@ -123,6 +123,17 @@ def test_weights_packed_into_panels_give_the_reference_in_float32(name, seed):
                        rtol=2e-4, atol=2e-5)
 
 
+def test_a_node_with_a_matrix_state_counts_once_per_column_toward_packing_the_weights():
+    """MV-RNN's products multiply a node's matrix a column a row: at H=16 its kernels pack
+    from a 16th of `pack_from_nodes` nodes; a vector model's count each node once."""
+    forest = rj.Forest.random_binary(1, seed=0, vocab_size=VOCAB)
+    matrices, vectors = mv_rnn_params(16, VOCAB, "float32"), tree_lstm_params(8, VOCAB)
+    assert "pack = num_nodes * 16 >= 64" in mv_rnn.kernel_source("cpu", forest, matrices)
+    assert "in forests of at least 4 nodes (each a product's 16 rows" in mv_rnn.explain(
+        forest, matrices)
+    assert "pack = num_nodes >= 64" in tree_lstm.kernel_source("cpu", forest, vectors)
+
+
 def barriers_per_batch(model, forest, p, schedule=PLAIN):
     text = model.explain(forest, p, schedule=schedule, file=io.StringIO())
     return int(text.rsplit("barriers per batch: ", 1)[1].split()[0])

@@ -11,7 +11,7 @@ from ..result import Result
 from . import calls, runtime
 from .child_loops import plan_children_after
 from .child_sums import plan_sums_first
-from .emit import emit_source
+from .emit import emit_source, value_columns
 from .launch import Launcher
 
 guard_caches(runtime)
@@ -107,10 +107,15 @@ class CpuKernel(GeneratedKernel):
         return states
 
     def describe(self):
+        columns = value_columns(self.planned)
+        fewest = -(-self.pack_from_nodes // columns)
+        nodes = f"{fewest} node{'' if fewest == 1 else 's'}" + (
+            "" if columns == 1 else f" (each a product's {columns} rows, a matrix state's "
+            "columns)")
         text = ("one call of a numba parallel function (prange loops; a loop's end is a "
-                "barrier); in forests of at least "
-                f"{self.pack_from_nodes} nodes, parallel products go through weight panels "
-                f"packed once a run; the products' vectors are {runtime.VECTOR_BYTES} bytes, "
+                f"barrier); in forests of at least {nodes}, parallel products go through "
+                "weight panels packed once a run; the products' vectors are "
+                f"{runtime.VECTOR_BYTES} bytes, "
                 f"one {'AVX-512' if runtime.VECTOR_BYTES == 64 else 'AVX'} register")
         if self.planned != self.kernel:
             text += ("; sums over children are summed child by child into rows (`sums_...`) "

@@ -219,11 +219,19 @@ def panels_name(product, labels, prefix="panels"):
     return name if product.columns is None else f"{name}_{product.columns[0]}_{product.columns[1]}"
 
 
+def value_columns(kernel):
+    """The most columns of a value one parallel product of `kernel` multiplies, each a row of
+    its x: a matrix state's (MV-RNN's), or 1."""
+    return max((product.value_columns for product in walk(kernel.body)
+                if isinstance(product, MatMul) and product.parallel), default=1)
+
+
 def weight_panels(kernel, pack_from_nodes, labels):
     """Lines packing each weight of a `matmul_share` product (a column block of it, for a
     refactored one) into panels for the outer-product blocks, once a run, each worker packing
-    the panels of its own rows; forests of fewer than `pack_from_nodes` nodes skip it (see
-    `runtime`)."""
+    the panels of its own rows; forests of fewer than `pack_from_nodes` nodes skip it, each
+    node counted once per column of the widest value a product multiplies (a matrix state
+    makes a product of many rows a node; see `runtime`)."""
     weights = {}
     for product in walk(kernel.body):
         if isinstance(product, MatMul) and product.parallel:
@@ -231,11 +239,15 @@ def weight_panels(kernel, pack_from_nodes, labels):
     if not weights:
         return []
     views = {view for view, _ in kernel.transposed}
-    lines = [f"    # the weights transposed into panels for the outer-product blocks, when "
-             f"the forest has {pack_from_nodes} nodes or more"
+    columns = value_columns(kernel)
+    rows = "num_nodes" if columns == 1 else f"num_nodes * {columns}"
+    lines = ["    # the weights transposed into panels for the outer-product blocks, when "
+             + (f"the forest has {pack_from_nodes} nodes or more" if columns == 1 else
+                f"the products multiply {pack_from_nodes} rows or more ({columns} a node, a "
+                "matrix state's columns)")
              + ("; those read transposed are panels as they lie, packed only where their "
                 "rows alias in the cache" if views else ""),
-             f"    pack = num_nodes >= {pack_from_nodes}"]
+             f"    pack = {rows} >= {pack_from_nodes}"]
     # a user's parameter may be read-only: never packed in place
     room = {name: panels_name(product, labels, "room") for name, product in weights.items()
             if product.weight in views}

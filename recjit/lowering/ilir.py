@@ -141,6 +141,8 @@ class MatMul:
     every matrix-vector product of one weight in one pass, done together so each weight row is
     read once per block of nodes. `columns` (begin, end) multiplies a block of the weight's
     columns (a refactored product of one child of a concatenation); None, all of them.
+    `value_columns`: the columns of the widest value it multiplies, each a row of x (a matrix
+    state's; 1 for vectors).
 
     Written by the CUDA plan: `pack`, how each block packs the product's inputs into its
     tile itself (`codegen_cuda.packs.Pack`), in place of the grid's pack loop; `input_rows`,
@@ -154,6 +156,7 @@ class MatMul:
     x_row: object = None
     y_row: object = None
     columns: tuple = None
+    value_columns: int = 1
     parallel: bool = True   # False: one worker computes it, inside a parallel loop of its own
     pack: object = None
     input_rows: object = None

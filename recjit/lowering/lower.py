@@ -660,7 +660,8 @@ class PassLowering:
                 row += columns
             count = Var("num_edges") if per_child else self.product_count
             products.append(MatMul(param_name(weight), x, y, mul(count, stride),
-                                   self.row_block, y_row=y_row))
+                                   self.row_block, y_row=y_row,
+                                   value_columns=max(columns for columns, in widths)))
         node_packs += self.shared_element_loops("k", shared + self.output_requests(outputs))
         if edge_packs:
             self.uses_edges = True

@@ -286,8 +286,9 @@ def outer_block(nodes, vectors, splits=1):
 
     The accumulators sum `OUTER_CHUNK` columns at a time and are then added to y: one running
     sum over all 512 columns of a float32 product erred three times as much as the dot blocks'
-    eight lanes of partial sums, enough to exceed the benchmark's tolerance; in chunks of 64
-    the error is about the dot blocks', for little more time (the chunk's additions to y).
+    lanes of partial sums (eight, with AVX2), enough to exceed the benchmark's tolerance; in
+    chunks of 64 the error is about the dot blocks', for little more time (the chunk's
+    additions to y).
 
     `splits`: that many sets of accumulators, each taking every `splits`-th column of a chunk.
     A multiply-add waits 4 cycles for the one before it into the same accumulator, and two

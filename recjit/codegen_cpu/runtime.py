@@ -284,7 +284,8 @@ def outer_block(nodes, vectors, splits=1):
     broadcasts, nodes × vectors multiply-adds into vector accumulators. y's columns must be
     adjacent (`matmul_share` checks).
 
-    The accumulators sum `OUTER_CHUNK` columns at a time and are then added to y: one running
+    The accumulators sum `OUTER_CHUNK` columns at a time, the first chunk's sums stored in y
+    and each later one's added to it (y is zeroed only where there are no columns): one running
     sum over all 512 columns of a float32 product erred three times as much as the dot blocks'
     lanes of partial sums (eight, with AVX2), enough to exceed the benchmark's tolerance; in
     chunks of 64 the error is about the dot blocks', for little more time (the chunk's
@@ -342,9 +343,10 @@ class _OuterBlock(_Block):
                                           builder.add(r, intp(j * self.lanes))),
                                      self.vector.as_pointer()) for j in range(self.vectors)]
                    for i in range(self.nodes)]
-        for row_outputs in outputs:
-            for output in row_outputs:
-                builder.store(zero, output, align=self.element_bytes)
+        with builder.if_then(builder.icmp_signed("==", columns, intp(0))):
+            for row_outputs in outputs:
+                for output in row_outputs:
+                    builder.store(zero, output, align=self.element_bytes)
 
         def multiply_column(k, split):
             offset = builder.mul(k, column_stride)
@@ -371,13 +373,25 @@ class _OuterBlock(_Block):
                     multiply_column(builder.add(k, intp(split)), split)
             with cgutils.for_range_slice(builder, split_end, chunk_end, intp(1), intp) as (k, _):
                 multiply_column(k, 0)
-            for i in range(self.nodes):
-                for j in range(self.vectors):
-                    total = self.split_sum([builder.load(accumulators[split][i][j])
-                                            for split in range(self.splits)])
+            first = builder.icmp_signed("==", chunk, intp(0))
+            with builder.if_else(first) as (the_first, a_later_one):
+                with the_first:
+                    self.store_sums(accumulators, outputs)
+                with a_later_one:
+                    self.store_sums(accumulators, outputs, added=True)
+
+    def store_sums(self, accumulators, outputs, added=False):
+        """Each output's sum over the splits' accumulators, stored; `added`, to what it holds
+        (the chunks after the first)."""
+        builder = self.builder
+        for i in range(self.nodes):
+            for j in range(self.vectors):
+                total = self.split_sum([builder.load(accumulators[split][i][j])
+                                        for split in range(self.splits)])
+                if added:
                     total = builder.fadd(builder.load(outputs[i][j], align=self.element_bytes),
                                          total, flags=_FAST)
-                    builder.store(total, outputs[i][j], align=self.element_bytes)
+                builder.store(total, outputs[i][j], align=self.element_bytes)
 
     def split_sum(self, values):
         """The splits' partial sums, added in pairs."""

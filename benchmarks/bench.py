@@ -25,9 +25,11 @@ from dataclasses import dataclass
 
 import numba
 import numpy as np
+from numba.core.registry import cpu_target
 
 import recjit as rj
 from recjit.codegen_cpu import calls as cpu_calls
+from recjit.codegen_cpu.runtime import VECTOR_BYTES
 from recjit.linearize import distinct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -404,9 +406,7 @@ def setup(parser, args, machine=None):
 def cpu_facts():
     """The CPU as numba compiles for it: its LLVM name, its cores, and the vector width the
     CPU kernels use (64 bytes with AVX-512, 32 without), which sets their speed."""
-    import llvmlite.binding as llvm
-    from recjit.codegen_cpu.runtime import VECTOR_BYTES
-    name = os.environ.get("NUMBA_CPU_NAME") or llvm.get_host_cpu_name()
+    name = cpu_target.target_context.codegen().magic_tuple()[1]
     return (f"{platform.processor() or platform.machine()} ({name}), {os.cpu_count()} cores, "
             f"{VECTOR_BYTES}-byte vectors")
 

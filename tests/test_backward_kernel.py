@@ -16,7 +16,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from recjit.codegen_cpu import calls
-from recjit.codegen_cpu.runtime import VECTOR_BYTES
+from recjit.codegen_cpu.runtime import panel_width
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
 from recjit.lowering import ilir
@@ -240,7 +240,7 @@ def test_explain_with_grad_says_whether_the_forward_keeps_its_products():
 
 
 CHILD_SUM_FOREST = rj.Forest.from_nested([((1, 2, 3), (4, (5, 0))), (0, 1, 2)])
-FLOAT32_PANEL = 2 * VECTOR_BYTES // 4  # a panel's columns: two vectors
+FLOAT32_PANEL = panel_width(4)
 
 
 def edge_loops_holding_element_loops(body):

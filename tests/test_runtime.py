@@ -11,13 +11,8 @@ from hypothesis import given, strategies as st
 
 from recjit.codegen_cpu import calls
 from recjit.codegen_cpu.runtime import (OUTER_CHUNK, VECTOR_BYTES, matmul_rows, matmul_share,
-                                       pack_share, panel_rows, row_panels, tail_rows,
-                                       target_vector_bytes, weight_panels)
-
-
-def panel_width(dtype):
-    """The rows of a panel: two vectors' worth of `dtype`."""
-    return 2 * VECTOR_BYTES // np.dtype(dtype).itemsize
+                                       pack_share, panel_rows, panel_width, row_panels,
+                                       tail_rows, target_vector_bytes, weight_panels)
 
 
 def no_tail(weight):
@@ -135,7 +130,7 @@ def test_products_through_a_transposed_parameters_rows_as_panels_equal_numpy(
     parameter = rng.normal(size=(inner, weight_rows)).astype(dtype)
     parameter.flags.writeable = False
     panels = row_panels(parameter.T)
-    assert panels.shape[0] == weight_rows // panel_width(dtype)
+    assert panels.shape[0] == weight_rows // panel_width(np.dtype(dtype).itemsize)
     assert np.shares_memory(panels, parameter) or panels.size == 0
     x = rng.normal(size=(nodes, inner)).astype(dtype)
     y = np.full((nodes, weight_rows), np.nan, dtype=dtype)
@@ -155,7 +150,7 @@ def test_pack_share_transposes_every_whole_panel_of_the_weight(weight_rows, inne
     weight = np.random.default_rng(weight_rows * 100 + inner).normal(
         size=(weight_rows, inner)).astype(dtype)
     panels = weight_panels(weight, True)
-    width = panel_width(dtype)
+    width = panel_width(np.dtype(dtype).itemsize)
     assert panels.shape == (weight_rows // width, inner, width)
     pack_share(weight, panels, width, 0, 1)
     whole = panels.shape[0] * width
@@ -171,7 +166,7 @@ def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, in
     1), any number of columns: within a chunk of `OUTER_CHUNK`, past it, and columns left
     over after a chunk's split into accumulator sets."""
     rng = np.random.default_rng(nodes * 1000 + num_panels * 50 + inner)
-    width = panel_width(dtype)
+    width = panel_width(np.dtype(dtype).itemsize)
     weight = rng.normal(size=(num_panels * width, inner)).astype(dtype)
     panels = weight_panels(weight, True)
     pack_share(weight, panels, width, 0, 1)
@@ -192,7 +187,7 @@ def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, in
 
 def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_strided():
     """No panels: `matmul_share` multiplies every row through `matmul_rows`."""
-    weight = np.ones((4 * panel_width(np.float32), 16), dtype=np.float32)
+    weight = np.ones((4 * panel_width(4), 16), dtype=np.float32)
     assert weight_panels(weight, False).shape[0] == 0
     assert weight_panels(weight[:, ::2], True).shape[0] == 0
     assert weight_panels(weight, True).shape[0] == 4
@@ -201,7 +196,7 @@ def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_stride
 def test_matmul_share_with_panels_writes_a_y_whose_columns_are_strided():
     """Vector stores need adjacent columns; any other y takes `matmul_rows` for every row."""
     rng = np.random.default_rng(3)
-    width = panel_width(np.float32)
+    width = panel_width(4)
     weight = rng.normal(size=(2 * width, 8)).astype(np.float32)
     x = rng.normal(size=(5, 8)).astype(np.float32)
     panels = weight_panels(weight, True)
@@ -218,7 +213,7 @@ def test_the_tail_of_a_weight_read_transposed_is_its_rows_after_the_whole_panels
     parameter = np.arange(450 * 150, dtype=np.float32).reshape(450, 150)
     weight = parameter.T
     tail = tail_rows(weight, row_panels(weight))
-    whole = 150 - 150 % panel_width(np.float32)
+    whole = 150 - 150 % panel_width(4)
     assert tail.flags.c_contiguous
     np.testing.assert_array_equal(tail, weight[whole:])
     assert tail_rows(parameter, weight_panels(parameter, True)).shape[0] == 0
@@ -244,7 +239,7 @@ def test_outer_blocks_keep_the_small_terms_of_a_long_row_behind_a_large_first_on
     loses them all; sums of `OUTER_CHUNK` columns added to y lose at most the first chunk's
     (a one-node block splits a chunk over several accumulators, and keeps some of those)."""
     tiny = 2.0 ** -25
-    width = panel_width(np.float32)
+    width = panel_width(4)
     weight = np.full((width, 512), tiny, dtype=np.float32)
     weight[:, 0] = 1
     panels = weight_panels(weight, True)

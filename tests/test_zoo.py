@@ -18,7 +18,7 @@ from tree_fc import make_params as tree_fc_params, tree_fc
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
-from recjit.codegen_cpu.runtime import VECTOR_BYTES
+from recjit.codegen_cpu.runtime import panel_width
 
 from conftest import (assert_same_result, binary_forests, nary_forests, random_dags, scales,
                       seeds, word_sequences)
@@ -95,7 +95,7 @@ PLAIN = rj.Schedule(refactor=False)
 
 
 PACKED = rj.Schedule(pack_from_nodes=0)
-PANEL_HIDDEN = 2 * VECTOR_BYTES // 4 + 4  # a float32 panel's rows and some left over
+PANEL_HIDDEN = panel_width(4) + 4  # a float32 panel's rows and some left over
 PACKED_CASES = {
     "tree_lstm": (lambda seed: rj.Forest.random_binary(3, seed=seed, vocab_size=VOCAB),
                   lambda: tree_lstm_params(PANEL_HIDDEN, VOCAB, "float32")),

@@ -142,7 +142,7 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
         for worker in numba.prange(workers):
             pack_rows_share(weight, room, worker, workers)
     panels = transposed_panels(weight, room)
-    width = 2 * runtime.VECTOR_BYTES // a_rows.itemsize
+    width = runtime.panel_width(a_rows.itemsize)
     whole = panels.shape[0] * width
     columns = x.shape[0]
     if whole > 0:
@@ -196,8 +196,8 @@ def _panel_product(rows, x, y):
     panel_rows(panels, x, y, y.shape[0], 0, panels.shape[0])
     whole = panels.shape[0] * panels.shape[2]
     if whole < rows.shape[1]:
-        _padded_product(padded_panels(rows, whole, 2 * runtime.VECTOR_BYTES // rows.itemsize),
-                        x, y[:, whole:])
+        _padded_product(padded_panels(rows, whole, runtime.panel_width(rows.itemsize)), x,
+                        y[:, whole:])
 
 
 @numba.njit(fastmath=True, nogil=True, inline="always")
@@ -243,7 +243,7 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     set) hold trees of every size. The tasks do not depend on the count: the same sums on
     any."""
     rows, columns = a_rows.shape[1], b_rows.shape[1]
-    width = 2 * runtime.VECTOR_BYTES // b_rows.itemsize
+    width = runtime.panel_width(b_rows.itemsize)
     whole = columns // width
     padded = -(-columns // width)
     a = np.empty((order.size, rows), dtype=a_rows.dtype)

@@ -463,11 +463,17 @@ def _transposed(builder, rows, lanes):
     return rows
 
 
+@numba.njit(inline="always")
+def panel_width(itemsize):
+    """A panel's columns (or rows): two vectors' worth of elements of `itemsize` bytes."""
+    return 2 * VECTOR_BYTES // itemsize
+
+
 @numba.njit(nogil=True, cache=True)
 def weight_panels(weight, pack):
     """Room for the weight's panels (`pack_share` fills them): one per two vectors' worth of
     whole rows, none when `pack` is false or the weight's columns are not adjacent."""
-    width = 2 * VECTOR_BYTES // weight.itemsize
+    width = panel_width(weight.itemsize)
     adjacent = weight.strides[1] == weight.itemsize
     count = weight.shape[0] // width if pack and adjacent else 0
     return np.empty((count, weight.shape[1], width), dtype=weight.dtype)
@@ -479,7 +485,7 @@ def row_panels(weight):
     the parameter's own rows, cut in two vectors' worth of columns, are panels as they lie, a
     view with nothing to pack (their panels' rows lie a parameter row apart, not adjacent,
     which costs little)."""
-    width = 2 * VECTOR_BYTES // weight.itemsize
+    width = panel_width(weight.itemsize)
     if weight.strides[0] != weight.itemsize:
         width = weight.shape[0] + 1  # no panels: the products read the rows as they are
     return as_strided(weight, shape=(weight.shape[0] // width, weight.shape[1], width),

@@ -166,10 +166,13 @@ class Classifier(torch.nn.Module):
 
 
 def optimizer(model, lr, embedding_lr, weight_decay):
-    """Adagrad; the embeddings' gradients are sparse, and take no weight decay."""
+    """Adagrad; the embeddings' gradients are sparse, and take no weight decay. The dense
+    parameters take PyTorch's fused Adagrad on the CPU (one pass over each parameter, where
+    the default runs eight tensor operations on it)."""
     sparse = [p for name, p in model.named_parameters() if name.endswith("E") or ".E." in name]
     dense = [p for p in model.parameters() if all(p is not s for s in sparse)]
-    return torch.optim.Adagrad([{"params": dense, "weight_decay": weight_decay},
+    fused = all(p.device.type == "cpu" for p in dense) or None
+    return torch.optim.Adagrad([{"params": dense, "weight_decay": weight_decay, "fused": fused},
                                 {"params": sparse, "weight_decay": 0.0, "lr": embedding_lr}],
                                lr=lr)
 

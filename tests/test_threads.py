@@ -25,6 +25,30 @@ def test_a_run_on_one_thread_gives_the_same_states():
         rj.set_num_threads(before)
 
 
+def test_a_vjp_on_one_thread_gives_the_same_states_and_gradients_bit_for_bit(monkeypatch):
+    """The threads share a kernel's rows and its weight products' rows, never a sum: on one
+    thread or all of them, the same bits, in a forest large enough that the products read
+    packed weights."""
+    from conftest import assert_same_gradients
+    from test_gradients import VOCAB, pullback_and_cotangents
+    monkeypatch.setattr(ThreadChoice, "threads", lambda self, size, most: most)
+    forest = rj.Forest.random_binary(4, seed=3, vocab_size=VOCAB)
+    assert forest.num_nodes >= rj.Schedule().pack_from_nodes
+    p = make_params(128, VOCAB, "float64", 2)
+    results = []
+    before = rj.get_num_threads()
+    for count in (before, 1):
+        rj.set_num_threads(count)
+        try:
+            pullback, roots, nodes = pullback_and_cotangents(tree_rnn, forest, p, 5)
+            results.append((tree_rnn.run(forest, p).nodes[0], pullback(roots=roots, nodes=nodes)))
+        finally:
+            rj.set_num_threads(before)
+    (states, gradients), (one_thread_states, one_thread_gradients) = results
+    np.testing.assert_array_equal(one_thread_states, states)
+    assert_same_gradients(one_thread_gradients, gradients, rtol=0, atol=0)
+
+
 def choices(choice, size, most, seconds_on, calls):
     """The thread counts `choice` picks for `calls` calls, each taking `seconds_on[count]`."""
     picked = []

@@ -139,53 +139,58 @@ class Pullback:
             for total in gradient_sums(kernel):
                 sink.add_summed(total.parameter, arrays[total.total])
                 summed.update(total.summed)
+        outputs = [output for output in kernel.gradients if output not in summed]
         products = {}
-        for output in kernel.gradients:
-            if output in summed:
-                continue
+        for output in outputs:
+            if output.effect == "grad_param_outer":  # a node's vectors a row (a column)
+                values = arrays[output.name]
+                products.setdefault(output.pair, [output.attrs[0], output, None, None])[
+                    2 + output.side] = (values.T if output.columns else
+                                        values.reshape(-1, output.size // output.vectors))
+        # The weights' products first, while the kernel's threads still spin at its last
+        # barrier: after the host's other sums, they had gone to sleep and woke for the first.
+        for name, output, a_rows, b_rows in products.values():
+            if sink.trees is None:
+                sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
+            else:
+                sink.outer(name, a_rows, b_rows,
+                           np.repeat(nodes_of[output.rows], output.vectors),
+                           self.compiled.weight_gradients_by_tree)
+        for output in outputs:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
                 sink.param(output.attrs[0], values.T if output.columns else values, nodes,
                            self.compiled.rows_by_tree)
-            elif output.effect == "grad_param_outer":  # a node's vectors a row (a column)
-                products.setdefault(output.pair, [output.attrs[0], np.repeat(
-                    nodes, output.vectors), None, None])[2 + output.side] = (
-                    values.T if output.columns else
-                    values.reshape(-1, output.size // output.vectors))
             elif output.effect == "grad_table":
                 table, field = output.attrs
                 row_shape = tuple(self.cell.parameters[table][1:])
                 sink.rows(table, linearized.fields[field][nodes],
                           values.reshape((-1,) + row_shape), nodes,
                           grouped=output.rows is RowsOf.LEAF_GROUPS)
-            else:
+            elif output.effect != "grad_param_outer":
                 sink.field(output.attrs[0], nodes, values)
-        for name, nodes, a_rows, b_rows in products.values():
-            if sink.trees is None:
-                sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
-            else:
-                sink.outer(name, a_rows, b_rows, nodes,
-                           self.compiled.weight_gradients_by_tree)
 
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
         shapes = self.cell.state_shapes
         linearized = self.linearized
-        cotangents = [np.zeros((linearized.num_nodes, int(np.prod(shape))), dtype=self.dtype)
-                      for shape in shapes]
-        for what, given, count, rows in (("roots", roots, linearized.roots.size,
-                                          linearized.roots),
-                                         ("nodes", nodes, linearized.num_nodes,
-                                          linearized.new_of_old)):
-            for component, values in enumerate(self.components(what, given)):
-                if values is None:
-                    continue
-                values = self.checked(what, component, values, (count,) + shapes[component],
-                                      check_finite).reshape(count, cotangents[component].shape[1])
-                if what == "nodes" or self.roots_listed_once:  # a row each
-                    cotangents[component][rows] += values
-                else:  # a root listed twice takes both cotangents
-                    np.add.at(cotangents[component], rows, values)
+        given = {what: [None if values is None else
+                        self.checked(what, component, values, (count,) + shapes[component],
+                                     check_finite).reshape(count, int(np.prod(shapes[component])))
+                        for component, values in enumerate(self.components(what, cotangent))]
+                 for what, cotangent, count in (("roots", roots, linearized.roots.size),
+                                                ("nodes", nodes, linearized.num_nodes))}
+        cotangents = []
+        for shape, at_roots, at_nodes in zip(shapes, given["roots"], given["nodes"]):
+            if at_nodes is None:
+                cotangent = np.zeros((linearized.num_nodes, int(np.prod(shape))), self.dtype)
+            else:  # gathered into the linearized order, a new array the kernel adds to
+                cotangent = at_nodes.take(linearized.old_of_new, axis=0)
+            if at_roots is not None and self.roots_listed_once:  # a row each
+                cotangent[linearized.roots] += at_roots
+            elif at_roots is not None:  # a root listed twice takes both cotangents
+                np.add.at(cotangent, linearized.roots, at_roots)
+            cotangents.append(cotangent)
         return cotangents
 
     def components(self, what, given):

@@ -311,16 +311,20 @@ def test_the_cpus_weight_gradients_are_rows_a_node_and_the_gpus_columns():
     assert all(rows.columns for rows in on_gpu.compiled.kernel.gradients if rows.pair)
 
 
+@pytest.mark.parametrize("rows", [37, 200])
 @pytest.mark.parametrize("a_width, b_width", [(128, 16), (96, 16), (16, 96), (128, 128)])
 def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientation(a_width,
-                                                                                   b_width):
+                                                                                   b_width,
+                                                                                   rows):
     """Σ_n a[n] ⊗ b[n], whichever side the product takes as its weight: the wider, or `b`
     where `a`'s rows (128 float64: 1 KiB) would make the gradient's C-ordered copy read at a
-    stride that aliases in the cache, and then the product is the gradient as it lies."""
+    stride that aliases in the cache, and then the product is the gradient as it lies; over
+    fewer nodes than a walk's depth, and over several depths and a part of one
+    (`runtime.PANEL_DEPTH`)."""
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
     pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
     rng = np.random.default_rng(a_width + b_width)
-    a_rows, b_rows = rng.normal(size=(37, a_width)), rng.normal(size=(37, b_width))
+    a_rows, b_rows = rng.normal(size=(rows, a_width)), rng.normal(size=(rows, b_width))
     gradient = pullback.compiled.weight_gradient(a_rows, b_rows)
     np.testing.assert_allclose(gradient, a_rows.T @ b_rows, rtol=1e-12, atol=1e-12)
     if a_width == 128:

@@ -7,12 +7,13 @@ import threading
 import numba
 import numpy as np
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 
 from recjit.codegen_cpu import calls
-from recjit.codegen_cpu.runtime import (OUTER_CHUNK, VECTOR_BYTES, matmul_rows, matmul_share,
-                                       pack_share, panel_rows, panel_width, row_panels,
-                                       tail_rows, target_vector_bytes, weight_panels)
+from recjit.codegen_cpu.runtime import (OUTER_CHUNK, VECTOR_BYTES, _dot_walk, matmul_rows,
+                                       matmul_share, pack_share, panel_rows, panel_width,
+                                       row_panels, tail_rows, target_vector_bytes,
+                                       weight_panels)
 
 
 def no_tail(weight):
@@ -158,18 +159,26 @@ def test_pack_share_transposes_every_whole_panel_of_the_weight(weight_rows, inne
         panels, weight[:whole].reshape(-1, width, inner).transpose(0, 2, 1))
 
 
-@given(st.integers(0, 20), st.integers(1, 5), st.integers(1, 140),
-       st.sampled_from(["float32", "float64"]), st.data())
+@given(st.integers(0, 20), st.integers(1, 5), st.integers(0, 140),
+       st.sampled_from(["float32", "float64"]), st.booleans(), st.data())
 def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, inner, dtype,
-                                                           data):
+                                                           as_they_lie, data):
     """Every outer-product block and remainder: 0-20 nodes (6 at a time, then 5, 4, 3, 2 or
-    1), any number of columns: within a chunk of `OUTER_CHUNK`, past it, and columns left
-    over after a chunk's split into accumulator sets."""
+    1), any number of columns: none, within a chunk of `OUTER_CHUNK`, past it, and columns
+    left over after a chunk's split into accumulator sets; packed panels, and panels that are
+    a parameter's rows as they lie, which are walked `PANEL_DEPTH` columns at a time."""
+    assume(inner > 0 or as_they_lie)  # NumPy gives a weight of no columns no row stride
     rng = np.random.default_rng(nodes * 1000 + num_panels * 50 + inner)
     width = panel_width(np.dtype(dtype).itemsize)
-    weight = rng.normal(size=(num_panels * width, inner)).astype(dtype)
-    panels = weight_panels(weight, True)
-    pack_share(weight, panels, width, 0, 1)
+    if as_they_lie:  # sliced, so that a parameter of no rows keeps its rows' stride
+        parameter = rng.normal(size=(max(inner, 1), num_panels * width)).astype(dtype)
+        weight = parameter[:inner].T
+        panels = row_panels(weight)
+    else:
+        weight = rng.normal(size=(num_panels * width, inner)).astype(dtype)
+        panels = weight_panels(weight, True)
+        pack_share(weight, panels, width, 0, 1)
+    assert panels.shape == (num_panels, inner, width)
     panel_begin = data.draw(st.integers(0, num_panels - 1))
     panel_end = data.draw(st.integers(panel_begin, num_panels))
     x = rng.normal(size=(nodes + 2, inner)).astype(dtype)
@@ -183,6 +192,20 @@ def test_panel_rows_equals_numpy_for_every_block_remainder(nodes, num_panels, in
     untouched = np.ones_like(y, dtype=bool)
     untouched[:nodes, rows] = False
     assert np.isnan(y[untouched]).all()
+
+
+def test_dot_blocks_add_their_sums_to_y_when_told_to():
+    """`added`: y plus the sums, for every block of a walk over 0-20 nodes."""
+    walk = numba.njit(lambda weight, x, y, rows: _dot_walk(weight, x, y, rows, 0,
+                                                          weight.shape[0], True))
+    rng = np.random.default_rng(5)
+    weight = rng.normal(size=(9, 37)).astype(np.float32)
+    for nodes in range(21):
+        x = rng.normal(size=(nodes, 37)).astype(np.float32)
+        y = rng.normal(size=(nodes, 9)).astype(np.float32)
+        expected = y + x @ weight.T
+        walk(weight, x, y, nodes)
+        np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_weights_are_not_packed_when_the_run_says_no_or_their_columns_are_strided():

@@ -22,7 +22,8 @@ the weight's *panels* when the run packed them: the weight transposed once per r
 of two vectors' worth of rows (`pack_share`), so that an outer-product block (`outer_block`)
 reads one panel row per column as two vectors, broadcasts each node's input, and keeps
 vectors of outputs that it stores as they are: no sums across lanes, about a quarter faster
-than the dot blocks from 4 nodes up. Packing costs about one read and one write of every
+than the dot blocks from 4 nodes up. Panels that are rows as they lie (a weight gradient's)
+are walked 64 of their rows at a time, which then stay in L1 (`PANEL_DEPTH`). Packing costs about one read and one write of every
 weight, more than it saves below about 64 nodes, so small forests read the weights as they
 are (`Schedule.pack_from_nodes`)."""
 import numba
@@ -52,11 +53,12 @@ _FAST = ("fast",)
 
 
 def dot_block(nodes, rows):
-    """An intrinsic `block(weight, x, y, s, r, columns)`: for i < nodes and j < rows,
-    y[s + i, r + j] = Σ_k weight[r + j, k] · x[s + i, k] over k < columns."""
+    """An intrinsic `block(weight, x, y, s, r, columns, added)`: for i < nodes and j < rows,
+    y[s + i, r + j] = Σ_k weight[r + j, k] · x[s + i, k] over k < columns; `added`, y plus
+    those sums."""
 
     @intrinsic
-    def block(typingctx, weight, x, y, s, r, columns):
+    def block(typingctx, weight, x, y, s, r, columns, added):
         arrays = (weight, x, y)
         if not all(isinstance(a, types.Array) and a.ndim == 2 and a.dtype == y.dtype
                    for a in arrays) or y.dtype not in (types.float32, types.float64):
@@ -67,12 +69,12 @@ def dot_block(nodes, rows):
             weight_array, x_array, y_array = (
                 context.make_array(t)(context, builder, v)
                 for t, v in zip(signature.args[:3], args[:3]))
-            s, r, columns = args[3:]
+            s, r, columns, added = args[3:]
             _Block(context, builder, signature.args[2].dtype, nodes, rows).emit(
-                weight_array, x_array, y_array, s, r, columns)
+                weight_array, x_array, y_array, s, r, columns, added)
             return context.get_dummy_value()
 
-        return types.void(weight, x, y, s, r, columns), codegen
+        return types.void(weight, x, y, s, r, columns, types.boolean), codegen
 
     block.__name__ = f"dot_block_{nodes}x{rows}"
     return block
@@ -91,7 +93,7 @@ class _Block:
         self.lanes = VECTOR_BYTES // self.element_bytes
         self.vector = ir.VectorType(self.element, self.lanes)
 
-    def emit(self, weight_array, x_array, y_array, s, r, columns):
+    def emit(self, weight_array, x_array, y_array, s, r, columns, added):
         builder, intp = self.builder, self.intp
         weight, x, y = (_Strided(builder, intp, a) for a in (weight_array, x_array, y_array))
         weight_rows = [weight.row(builder.add(r, intp(j))) for j in range(self.rows)]
@@ -125,10 +127,22 @@ class _Block:
             for total, (i, j) in zip(totals, pairs):
                 self.multiply_add(total, weights[j], xs[i])
 
-        for total, (i, j) in zip(totals, pairs):
-            address = y.at(y_rows[i], builder.add(r, intp(j)))
-            builder.store(builder.load(total),
-                          builder.inttoptr(address, self.element.as_pointer()))
+        outputs = [builder.inttoptr(y.at(y_rows[i], builder.add(r, intp(j))),
+                                    self.element.as_pointer()) for i, j in pairs]
+        self.store([builder.load(total) for total in totals], outputs, added)
+
+    def store(self, values, outputs, added):
+        """Each value into its output; `added` (an i1), added to what the output holds."""
+        builder = self.builder
+        with builder.if_else(added) as (adding, storing):
+            with adding:
+                for value, output in zip(values, outputs):
+                    builder.store(builder.fadd(builder.load(output, align=self.element_bytes),
+                                               value, flags=_FAST),
+                                  output, align=self.element_bytes)
+            with storing:
+                for value, output in zip(values, outputs):
+                    builder.store(value, output, align=self.element_bytes)
 
     def load(self, address, value_type):
         pointer = self.builder.inttoptr(address, value_type.as_pointer())
@@ -213,18 +227,19 @@ def _mask(lanes):
 
 
 def _node_pass(nodes, rows):
-    """y[s + i, r] for i < nodes and every r in [row_begin, row_end), `rows` rows at a time."""
+    """y[s + i, r] (`added`: added to) for i < nodes and every r in [row_begin, row_end),
+    `rows` rows at a time."""
     block, one_row = dot_block(nodes, rows), dot_block(nodes, 1)
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
-    def node_pass(weight, x, y, s, row_begin, row_end):
+    def node_pass(weight, x, y, s, row_begin, row_end, added):
         columns = x.shape[1]
         r = row_begin
         while r + rows <= row_end:
-            block(weight, x, y, s, r, columns)
+            block(weight, x, y, s, r, columns, added)
             r += rows
         while r < row_end:
-            one_row(weight, x, y, s, r, columns)
+            one_row(weight, x, y, s, r, columns, added)
             r += 1
 
     return node_pass
@@ -240,25 +255,25 @@ _one_node = _node_pass(1, 4)
 
 def _node_walk(six, five, four, three, two, one):
     """rows nodes through passes of 6, then the last 1-5 in one pass. A pass is
-    `(a, x, y, s, begin, end)` for its nodes from s on."""
+    `(a, x, y, s, begin, end, added)` for its nodes from s on."""
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
-    def walk(a, x, y, rows, begin, end):
+    def walk(a, x, y, rows, begin, end, added):
         s = 0
         while s + 6 <= rows:
-            six(a, x, y, s, begin, end)
+            six(a, x, y, s, begin, end, added)
             s += 6
         left = rows - s
         if left == 5:
-            five(a, x, y, s, begin, end)
+            five(a, x, y, s, begin, end, added)
         elif left == 4:
-            four(a, x, y, s, begin, end)
+            four(a, x, y, s, begin, end, added)
         elif left == 3:
-            three(a, x, y, s, begin, end)
+            three(a, x, y, s, begin, end, added)
         elif left == 2:
-            two(a, x, y, s, begin, end)
+            two(a, x, y, s, begin, end, added)
         elif left == 1:
-            one(a, x, y, s, begin, end)
+            one(a, x, y, s, begin, end, added)
 
     return walk
 
@@ -270,7 +285,7 @@ _dot_walk = _node_walk(_six_nodes, _five_nodes, _four_nodes, _three_nodes, _two_
 @numba.njit(fastmath=True, cache=True, nogil=True)
 def matmul_rows(weight, x, y, rows, row_begin, row_end):
     """y[s, r] = Σ_k weight[r, k] · x[s, k] for s < rows and row_begin <= r < row_end."""
-    _dot_walk(weight, x, y, rows, row_begin, row_end)
+    _dot_walk(weight, x, y, rows, row_begin, row_end, False)
 
 
 # Outer-product blocks -------------------------------------------------------------------
@@ -278,14 +293,15 @@ OUTER_CHUNK = 64
 
 
 def outer_block(nodes, vectors, splits=1):
-    """An intrinsic `block(panels, x, y, s, panel, r)`: for i < nodes and c < vectors · lanes,
-    y[s + i, r + c] = Σ_k x[s + i, k] · panels[panel + c // width, k, c % width], where a
-    panel's `width` is two vectors. Per column k: `vectors` loads of panel rows, `nodes`
+    """An intrinsic `block(panels, x, y, s, panel, r, added)`: for i < nodes and
+    c < vectors · lanes, y[s + i, r + c] = Σ_k x[s + i, k] · panels[panel + c // width, k,
+    c % width] (`added`: y plus that sum), where a panel's `width` is two vectors. Per column k: `vectors` loads of panel rows, `nodes`
     broadcasts, nodes × vectors multiply-adds into vector accumulators. y's columns must be
     adjacent (`matmul_share` checks).
 
     The accumulators sum `OUTER_CHUNK` columns at a time, the first chunk's sums stored in y
-    and each later one's added to it (y is zeroed only where there are no columns): one running
+    (or added, `added`) and each later one's added to it (y is zeroed only where there are no
+    columns and nothing is added to): one running
     sum over all 512 columns of a float32 product erred three times as much as the dot blocks'
     lanes of partial sums (eight, with AVX2), enough to exceed the benchmark's tolerance; in
     chunks of 64 the error is about the dot blocks', for little more time (the chunk's
@@ -297,7 +313,7 @@ def outer_block(nodes, vectors, splits=1):
     has 2 and ran at a quarter of the rate (see `_panel_pass`)."""
 
     @intrinsic
-    def block(typingctx, panels, x, y, s, panel, r):
+    def block(typingctx, panels, x, y, s, panel, r, added):
         if not (isinstance(panels, types.Array) and panels.ndim == 3
                 and all(isinstance(a, types.Array) and a.ndim == 2 for a in (x, y))
                 and panels.dtype == x.dtype == y.dtype
@@ -313,7 +329,7 @@ def outer_block(nodes, vectors, splits=1):
                         splits).emit(panels_array, x_array, y_array, *args[3:])
             return context.get_dummy_value()
 
-        return types.void(panels, x, y, s, panel, r), codegen
+        return types.void(panels, x, y, s, panel, r, types.boolean), codegen
 
     block.__name__ = f"outer_block_{nodes}x{vectors}_{splits}"
     return block
@@ -324,7 +340,7 @@ class _OuterBlock(_Block):
         super().__init__(context, builder, dtype, nodes, vectors)
         self.vectors, self.splits = vectors, splits
 
-    def emit(self, panels_array, x_array, y_array, s, panel, r):
+    def emit(self, panels_array, x_array, y_array, s, panel, r, added):
         builder, intp = self.builder, self.intp
         x, y = _Strided(builder, intp, x_array), _Strided(builder, intp, y_array)
         panel_stride, column_stride, _ = cgutils.unpack_tuple(builder, panels_array.strides)
@@ -343,7 +359,8 @@ class _OuterBlock(_Block):
                                           builder.add(r, intp(j * self.lanes))),
                                      self.vector.as_pointer()) for j in range(self.vectors)]
                    for i in range(self.nodes)]
-        with builder.if_then(builder.icmp_signed("==", columns, intp(0))):
+        nothing = builder.and_(builder.icmp_signed("==", columns, intp(0)), builder.not_(added))
+        with builder.if_then(nothing):
             for row_outputs in outputs:
                 for output in row_outputs:
                     builder.store(zero, output, align=self.element_bytes)
@@ -373,25 +390,12 @@ class _OuterBlock(_Block):
                     multiply_column(builder.add(k, intp(split)), split)
             with cgutils.for_range_slice(builder, split_end, chunk_end, intp(1), intp) as (k, _):
                 multiply_column(k, 0)
-            first = builder.icmp_signed("==", chunk, intp(0))
-            with builder.if_else(first) as (the_first, a_later_one):
-                with the_first:
-                    self.store_sums(accumulators, outputs)
-                with a_later_one:
-                    self.store_sums(accumulators, outputs, added=True)
-
-    def store_sums(self, accumulators, outputs, added=False):
-        """Each output's sum over the splits' accumulators, stored; `added`, to what it holds
-        (the chunks after the first)."""
-        builder = self.builder
-        for i in range(self.nodes):
-            for j in range(self.vectors):
-                total = self.split_sum([builder.load(accumulators[split][i][j])
+            later = builder.icmp_signed("!=", chunk, intp(0))
+            self.store([self.split_sum([builder.load(accumulators[split][i][j])
                                         for split in range(self.splits)])
-                if added:
-                    total = builder.fadd(builder.load(outputs[i][j], align=self.element_bytes),
-                                         total, flags=_FAST)
-                builder.store(total, outputs[i][j], align=self.element_bytes)
+                        for i in range(self.nodes) for j in range(self.vectors)],
+                       [output for row_outputs in outputs for output in row_outputs],
+                       builder.or_(later, added))
 
     def split_sum(self, values):
         """The splits' partial sums, added in pairs."""
@@ -573,30 +577,55 @@ PANEL_SPLITS = {1: 4, 2: 2, 3: 2}
 
 
 def _panel_pass(nodes):
-    """y[s + i, r] for i < nodes and every row of panels [panel_begin, panel_end), a panel at
-    a time. Passes of 1–3 nodes split their columns over 2–4 sets of accumulators
+    """y[s + i, r] (`added`: added to) for i < nodes and every row of panels
+    [panel_begin, panel_end), a panel at a time. Passes of 1–3 nodes split their columns over 2–4 sets of accumulators
     (`PANEL_SPLITS`), to have 8–12 in flight, which made them faster than one set; one node is
     bound by the panels' bandwidth however it is split."""
     block = outer_block(nodes, 2, PANEL_SPLITS.get(nodes, 1))
 
     @numba.njit(fastmath=True, nogil=True, inline="always")
-    def panel_pass(panels, x, y, s, panel_begin, panel_end):
+    def panel_pass(panels, x, y, s, panel_begin, panel_end, added):
         width = panels.shape[2]
         for panel in range(panel_begin, panel_end):
-            block(panels, x, y, s, panel, panel * width)
+            block(panels, x, y, s, panel, panel * width, added)
 
     return panel_pass
 
 
 _panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 5, 4, 3, 2, 1)))
 
+# The columns of x (rows of the panels) that one walk over the nodes takes where the panels'
+# rows lie apart (panels that are a parameter's or the nodes' rows as they lie, a weight
+# gradient's): the panels' rows of a block of 64 weight rows for 64 columns, 16 KiB in
+# float32, stay in L1 while every node passes through them, where a walk over all the columns
+# read them from L2, a row of 128 bytes at a time, for each pass of six nodes (a weight
+# gradient over 458 nodes ran at 256-276 GFLOP/s so, at 363-394 by depths of 64 or 128).
+# Packed panels, whose rows are adjacent, stream from L2 as fast, and walked by depth the
+# products over many nodes ran up to a tenth slower. One `OUTER_CHUNK`, so that every sum is
+# added in the order it was before.
+PANEL_DEPTH = OUTER_CHUNK
+
+
+@numba.njit(fastmath=True, nogil=True, inline="always")
+def _panel_walk_by_depth(panels, x, y, rows, panel_begin, panel_end):
+    """`_panel_walk` over x's columns `PANEL_DEPTH` at a time where the panels' rows lie
+    apart (all at once where they are adjacent), each depth's sums added to the ones before
+    (a walk with no columns at all zeroes y)."""
+    columns = max(x.shape[1], 1)
+    depth = columns
+    if panels.strides[1] != panels.shape[2] * panels.itemsize:
+        depth = PANEL_DEPTH
+    for k in range(0, columns, depth):
+        _panel_walk(panels[:, k:k + depth], x[:, k:k + depth], y, rows, panel_begin,
+                    panel_end, k > 0)
+
 
 @numba.njit(fastmath=True, nogil=True, cache=True)
 def panel_rows(panels, x, y, rows, panel_begin, panel_end):
     """y[s, r] = Σ_k panels[r // width, k, r % width] · x[s, k] for s < rows and the rows r of
-    panels [panel_begin, panel_end), with `matmul_rows`' choice of node passes: 6 nodes a
-    panel at a time is 12 accumulators."""
-    _panel_walk(panels, x, y, rows, panel_begin, panel_end)
+    panels [panel_begin, panel_end), with `matmul_rows`' choice of node passes (6 nodes a
+    panel at a time is 12 accumulators), `PANEL_DEPTH` columns at a time."""
+    _panel_walk_by_depth(panels, x, y, rows, panel_begin, panel_end)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -679,11 +708,11 @@ def matmul_share(weight, panels, tail, x, y, rows, row_block, worker, workers, f
         panel_begin = -(-row_begin // width)
         panel_end = min(panels.shape[0], row_end // width)
         if not use_panels or panel_begin >= panel_end:
-            _dot_walk(weight, x, y, rows, row_begin, weight_end)
+            _dot_walk(weight, x, y, rows, row_begin, weight_end, False)
         else:
-            _dot_walk(weight, x, y, rows, row_begin, panel_begin * width)
-            _panel_walk(panels, x, y, rows, panel_begin, panel_end)
-            _dot_walk(weight, x, y, rows, panel_end * width, weight_end)
+            _dot_walk(weight, x, y, rows, row_begin, panel_begin * width, False)
+            _panel_walk_by_depth(panels, x, y, rows, panel_begin, panel_end)
+            _dot_walk(weight, x, y, rows, panel_end * width, weight_end, False)
         if weight_end < row_end:
             _dot_walk(tail, x, y[:, tail_begin:], rows, weight_end - tail_begin,
-                      row_end - tail_begin)
+                      row_end - tail_begin, False)

@@ -7,7 +7,8 @@ softmax over the five labels at every node.
 It trains on train with a label at every node, keeps the epoch with the best fine-grained
 root accuracy on dev, and reports fine-grained and binary root accuracy on test. Optimizer
 and regularization follow Tai et al.: Adagrad (learning rate 0.05, 0.1 for the embeddings),
-weight decay 1e-4 on all but the embeddings, dropout 0.5 on the hidden states before the softmax, batches of 25 trees.
+weight decay 1e-4 on all but the embeddings, dropout 0.5 on the hidden states before the
+softmax, batches of 25 trees.
 The word vectors are random and learned (no pretrained vectors can be downloaded here), as
 the SST paper's RNTN learned its own. `--backend torch` trains the same model written in plain
 PyTorch, a level of the forest at a time, as DGL's TreeLSTM runs. `--workers 2` trains with

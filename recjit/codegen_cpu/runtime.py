@@ -23,9 +23,9 @@ of two vectors' worth of rows (`pack_share`), so that an outer-product block (`o
 reads one panel row per column as two vectors, broadcasts each node's input, and keeps
 vectors of outputs that it stores as they are: no sums across lanes, about a quarter faster
 than the dot blocks from 4 nodes up. Panels that are rows as they lie (a weight gradient's)
-are walked 64 of their rows at a time, which then stay in L1 (`PANEL_DEPTH`). Packing costs about one read and one write of every
-weight, more than it saves below about 64 nodes, so small forests read the weights as they
-are (`Schedule.pack_from_nodes`)."""
+are walked 64 of their rows at a time, which then stay in L1 (`PANEL_DEPTH`). Packing costs
+about one read and one write of every weight, more than it saves below about 64 nodes, so
+small forests read the weights as they are (`Schedule.pack_from_nodes`)."""
 import numba
 import numpy as np
 from llvmlite import ir
@@ -295,17 +295,16 @@ OUTER_CHUNK = 64
 def outer_block(nodes, vectors, splits=1):
     """An intrinsic `block(panels, x, y, s, panel, r, added)`: for i < nodes and
     c < vectors · lanes, y[s + i, r + c] = Σ_k x[s + i, k] · panels[panel + c // width, k,
-    c % width] (`added`: y plus that sum), where a panel's `width` is two vectors. Per column k: `vectors` loads of panel rows, `nodes`
-    broadcasts, nodes × vectors multiply-adds into vector accumulators. y's columns must be
-    adjacent (`matmul_share` checks).
+    c % width] (`added`: y plus that sum), where a panel's `width` is two vectors. Per column
+    k: `vectors` loads of panel rows, `nodes` broadcasts, nodes × vectors multiply-adds into
+    vector accumulators. y's columns must be adjacent (`matmul_share` checks).
 
     The accumulators sum `OUTER_CHUNK` columns at a time, the first chunk's sums stored in y
     (or added, `added`) and each later one's added to it (y is zeroed only where there are no
-    columns and nothing is added to): one running
-    sum over all 512 columns of a float32 product erred three times as much as the dot blocks'
-    lanes of partial sums (eight, with AVX2), enough to exceed the benchmark's tolerance; in
-    chunks of 64 the error is about the dot blocks', for little more time (the chunk's
-    additions to y).
+    columns and nothing is added to): one running sum over all 512 columns of a float32
+    product erred three times as much as the dot blocks' lanes of partial sums (eight, with
+    AVX2), enough to exceed the benchmark's tolerance; in chunks of 64 the error is about the
+    dot blocks', for little more time (the chunk's additions to y).
 
     `splits`: that many sets of accumulators, each taking every `splits`-th column of a chunk.
     A multiply-add waits 4 cycles for the one before it into the same accumulator, and two
@@ -578,9 +577,9 @@ PANEL_SPLITS = {1: 4, 2: 2, 3: 2}
 
 def _panel_pass(nodes):
     """y[s + i, r] (`added`: added to) for i < nodes and every row of panels
-    [panel_begin, panel_end), a panel at a time. Passes of 1–3 nodes split their columns over 2–4 sets of accumulators
-    (`PANEL_SPLITS`), to have 8–12 in flight, which made them faster than one set; one node is
-    bound by the panels' bandwidth however it is split."""
+    [panel_begin, panel_end), a panel at a time. Passes of 1–3 nodes split their columns over
+    2–4 sets of accumulators (`PANEL_SPLITS`), to have 8–12 in flight, which made them faster
+    than one set; one node is bound by the panels' bandwidth however it is split."""
     block = outer_block(nodes, 2, PANEL_SPLITS.get(nodes, 1))
 
     @numba.njit(fastmath=True, nogil=True, inline="always")

@@ -227,6 +227,32 @@ def test_a_kernel_loaded_from_the_disk_cache_in_a_new_process_finds_the_runtime(
     assert difference < 1e-12
 
 
+RUN_MV_RNN = """
+import hashlib, sys
+sys.path.insert(0, 'examples')
+import recjit as rj
+from mv_rnn import mv_rnn, make_params
+forest, p = rj.Forest.random_binary(10, seed=1, vocab_size=1000), make_params(64, 1000)
+states = mv_rnn.run(forest, p).nodes[0]
+kernel = mv_rnn.compile(forest, p).backend_kernel.function
+print(sum(kernel.stats.cache_hits.values()), hashlib.sha1(states.tobytes()).hexdigest())
+"""
+
+
+def test_a_fast_math_kernel_gives_the_same_bits_compiled_as_loaded_from_the_cache(tmp_path):
+    """MV-RNN h64 in float32 (fast math), compiled in one process into an empty cache, then
+    loaded from it in another: the same states to the bit (with `nsz` among its flags, the two
+    differed in the last bits)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {**os.environ, "RECJIT_CACHE_DIR": str(tmp_path)}
+    (compiled_hits, compiled), (loaded_hits, loaded) = (
+        subprocess.run([sys.executable, "-c", RUN_MV_RNN], cwd=root, env=environment,
+                       capture_output=True, text=True, timeout=300, check=True).stdout.split()
+        for _ in range(2))
+    assert (compiled_hits, loaded_hits) == ("0", "1")
+    assert compiled == loaded
+
+
 PAGE_FAULTS_A_RUN = """
 import resource, sys
 sys.path.insert(0, 'examples')

@@ -73,8 +73,11 @@ CALLS = {"tanh": "tanh({})", "sigmoid": "sigmoid({})", "exp": "np.exp({})",
 
 # The flags of a kernel's own arithmetic. Fast math (float32 only) lets LLVM assume no NaN or
 # infinity and reorder sums; exact kernels keep IEEE semantics and the cell's order of
-# operations, and only let a multiply and an add fuse into one rounding (`contract`).
-FAST_FLAGS = "True"
+# operations, and only let a multiply and an add fuse into one rounding (`contract`). Fast
+# math leaves out `nsz` (no signed zeros): with it and `contract`, a kernel that numba had just
+# compiled and the same kernel loaded from its disk cache fused multiplies and adds
+# differently, and their results differed in the last bits (docs/fast_math.md).
+FAST_FLAGS = '{"nnan", "ninf", "arcp", "contract", "afn", "reassoc"}'
 EXACT_FLAGS = '{"contract"}'
 
 

@@ -597,11 +597,10 @@ _panel_walk = _node_walk(*(_panel_pass(nodes) for nodes in (6, 5, 4, 3, 2, 1)))
 # rows lie apart (panels that are a parameter's or the nodes' rows as they lie, a weight
 # gradient's): the panels' rows of a block of 64 weight rows for 64 columns, 16 KiB in
 # float32, stay in L1 while every node passes through them, where a walk over all the columns
-# read them from L2, a row of 128 bytes at a time, for each pass of six nodes (a weight
-# gradient over 458 nodes ran at 256-276 GFLOP/s so, at 363-394 by depths of 64 or 128).
-# Packed panels, whose rows are adjacent, stream from L2 as fast, and walked by depth the
-# products over many nodes ran up to a tenth slower. One `OUTER_CHUNK`, so that every sum is
-# added in the order it was before.
+# read them from L2, a row of 128 bytes at a time, for each pass of six nodes. Packed panels,
+# whose rows are adjacent, stream from L2 well, and walked by depth the products over many
+# nodes ran slower (benchmarks/README.md, "Measurements behind the code"). One
+# `OUTER_CHUNK`, so that every sum is added in the order it was before.
 PANEL_DEPTH = OUTER_CHUNK
 
 

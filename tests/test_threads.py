@@ -11,6 +11,9 @@ import recjit as rj
 from recjit.codegen_cpu.launch import ThreadChoice
 from tree_rnn import make_params, tree_rnn
 
+from conftest import assert_same_gradients
+from test_gradients import VOCAB, pullback_and_cotangents
+
 
 def test_a_run_on_one_thread_gives_the_same_states():
     forest = rj.Forest.random_binary(4, seed=0, mean_leaves=6, vocab_size=20)
@@ -29,8 +32,6 @@ def test_a_vjp_on_one_thread_gives_the_same_states_and_gradients_bit_for_bit(mon
     """The threads share a kernel's rows and its weight products' rows, never a sum: on one
     thread or all of them, the same bits, in a forest large enough that the products read
     packed weights."""
-    from conftest import assert_same_gradients
-    from test_gradients import VOCAB, pullback_and_cotangents
     monkeypatch.setattr(ThreadChoice, "threads", lambda self, size, most: most)
     forest = rj.Forest.random_binary(4, seed=3, vocab_size=VOCAB)
     assert forest.num_nodes >= rj.Schedule().pack_from_nodes

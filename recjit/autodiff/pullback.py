@@ -173,17 +173,22 @@ class Pullback:
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
         shapes = self.cell.state_shapes
+        sizes = [int(np.prod(shape)) for shape in shapes]
         linearized = self.linearized
-        given = {what: [None if values is None else
-                        self.checked(what, component, values, (count,) + shapes[component],
-                                     check_finite).reshape(count, int(np.prod(shapes[component])))
-                        for component, values in enumerate(self.components(what, cotangent))]
-                 for what, cotangent, count in (("roots", roots, linearized.roots.size),
-                                                ("nodes", nodes, linearized.num_nodes))}
+
+        def rows(what, given, count):
+            """Each component of `given`, checked, a row of its size per root or node."""
+            return [None if values is None else
+                    self.checked(what, component, values, (count,) + shapes[component],
+                                 check_finite).reshape(count, sizes[component])
+                    for component, values in enumerate(self.components(what, given))]
+
+        at_roots_given = rows("roots", roots, linearized.roots.size)
+        at_nodes_given = rows("nodes", nodes, linearized.num_nodes)
         cotangents = []
-        for shape, at_roots, at_nodes in zip(shapes, given["roots"], given["nodes"]):
+        for size, at_roots, at_nodes in zip(sizes, at_roots_given, at_nodes_given):
             if at_nodes is None:
-                cotangent = np.zeros((linearized.num_nodes, int(np.prod(shape))), self.dtype)
+                cotangent = np.zeros((linearized.num_nodes, size), self.dtype)
             else:  # gathered into the linearized order, a new array the kernel adds to
                 cotangent = at_nodes.take(linearized.old_of_new, axis=0)
             if at_roots is not None and self.roots_listed_once:  # a row each

@@ -9,8 +9,8 @@ A step: the forward pass over a batch of 25 SST train trees (embeddings X=300, h
 float32), a softmax over the 5 labels at every node's h and its summed cross-entropy, the
 backward pass, and an Adagrad update. Contestants:
 
-- recjit: `model.vjp`, the loss and its gradient with NumPy, the pullback, Adagrad with NumPy
-  (a gathered table's rows only);
+- recjit: `model.vjp`, the loss and its gradient with NumPy, the pullback, Adagrad (a gathered
+  table's rows only) as one numba loop a parameter;
 - recjit in PyTorch: `examples/train_sst.py`'s classifier (a `recjit.torch.Module`), PyTorch's
   loss and Adagrad;
 - PyTorch level-batched: the same classifier with the cell in plain PyTorch, a level at a
@@ -89,7 +89,7 @@ def median_ms(step, batches, rounds):
 # recjit, with NumPy around it ------------------------------------------------------------
 class RecjitStep:
     """One training step: vjp (on `backend`, under `schedule`: None, the model's), the loss
-    and its gradient with NumPy, the pullback, Adagrad."""
+    and its gradient with NumPy, the pullback, Adagrad (`adagrad_elements`, `adagrad_rows`)."""
 
     def __init__(self, initial, backend="cpu", schedule=None):
         self.backend, self.schedule = backend, schedule
@@ -141,17 +141,37 @@ class RecjitStep:
         """Adagrad's step for one of the cell's parameters (a gathered table's rows only)."""
         value = self.params[name]
         if isinstance(gradient, rj.RowGrad):
-            rows = gradient.indices
-            squares = self.squares[name][rows] + gradient.values ** 2
-            self.squares[name][rows] = squares
-            value[rows] -= EMBEDDING_LR * gradient.values / (np.sqrt(squares) + EPSILON)
+            adagrad_rows(value, self.squares[name], gradient.indices, gradient.values,
+                         value.dtype.type(EMBEDDING_LR), value.dtype.type(EPSILON))
         else:
             self.adagrad(value, self.squares[name], gradient, LR)
 
     @staticmethod
     def adagrad(value, squares, gradient, lr):
-        squares += gradient * gradient
-        value -= lr * gradient / (np.sqrt(squares) + EPSILON)
+        """Adagrad's step for every element of `value` (C-ordered, as `squares`)."""
+        gradient = np.ascontiguousarray(gradient, dtype=value.dtype)
+        adagrad_elements(value.reshape(-1), squares.reshape(-1), gradient.reshape(-1),
+                         value.dtype.type(lr), value.dtype.type(EPSILON))
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True)
+def adagrad_elements(value, squares, gradient, lr, epsilon):
+    """Adagrad on flat arrays in one pass, with NumPy's arithmetic in its order (the same
+    bits as `squares += g * g; value -= lr * g / (np.sqrt(squares) + epsilon)`, which makes
+    seven passes and four temporaries). NumPy's error model lets the division vectorize."""
+    for index in range(value.size):
+        g = gradient[index]
+        square = squares[index] + g * g
+        squares[index] = square
+        value[index] -= lr * g / (np.sqrt(square) + epsilon)
+
+
+@numba.njit(error_model="numpy", nogil=True, cache=True)
+def adagrad_rows(value, squares, rows, gradient, lr, epsilon):
+    """Adagrad on rows `rows` of a table, `gradient` a row each (a `RowGrad`'s)."""
+    for position in range(rows.size):
+        adagrad_elements(value[rows[position]], squares[rows[position]], gradient[position],
+                         lr, epsilon)
 
 
 class RecjitCudaStep(RecjitStep):

@@ -11,7 +11,8 @@ import recjit as rj
 from train_sst import initial_parameters
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
-from bench_training import RecjitCudaStep, RecjitStep, necessary_work  # noqa: E402
+from bench_training import (EPSILON, RecjitCudaStep, RecjitStep, adagrad_rows,  # noqa: E402
+                            necessary_work)
 
 TREES = ["(3 (2 (1 a) (3 b)) (4 (2 c) (3 d)))", "(1 (0 (1 e) (2 f)) (2 g))", "(2 h)",
          "(4 (3 (3 a) (4 (2 b) (4 i))) (2 j))"]
@@ -45,3 +46,22 @@ def test_a_steps_necessary_work_counts_a_distinct_words_leaf_product_once():
     assert np.isclose(work["per-tree gradients GFLOP"] * 1e9, 2 * forward)
     per_leaf = forward + 2 * 9 * 4  # the second leaf of word a, its own product
     assert np.isclose(work["jacobian GFLOP"] * 1e9, 3 * per_leaf)
+
+
+def test_the_recjit_steps_adagrad_gives_numpys_bits():
+    """The step's Adagrad is a numba loop a parameter: NumPy's arithmetic in NumPy's order,
+    on every element of a dense parameter and on a table's gathered rows."""
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        value, squares = rng.normal(size=(7, 5)).astype(dtype), rng.random((7, 5)).astype(dtype)
+        gradient = rng.normal(size=(7, 5)).astype(dtype)
+        expected_squares = squares + gradient * gradient
+        expected = value - 0.05 * gradient / (np.sqrt(expected_squares) + EPSILON)
+        RecjitStep.adagrad(value, squares, gradient, 0.05)
+        assert np.array_equal(squares, expected_squares) and np.array_equal(value, expected)
+
+        rows = np.array([1, 4, 6])
+        expected_squares[rows] += gradient[:3] * gradient[:3]
+        expected[rows] -= 0.1 * gradient[:3] / (np.sqrt(expected_squares[rows]) + EPSILON)
+        adagrad_rows(value, squares, rows, gradient[:3], dtype(0.1), dtype(EPSILON))
+        assert np.array_equal(squares, expected_squares) and np.array_equal(value, expected)

@@ -389,7 +389,7 @@ def test_per_tree_row_sums_are_each_trees_sum_the_same_on_any_worker_count(colum
     try:
         for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
             numba.set_num_threads(workers)
-            calls.rows_by_tree(workers, values, order, bounds, total)
+            calls.segment_sums(workers, values, order, bounds, total)
     finally:
         numba.set_num_threads(before)
     np.testing.assert_array_equal(totals[0], totals[1])

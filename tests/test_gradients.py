@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
+from recjit.codegen_cpu import calls
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from gru import gru, make_params as gru_params
 from lstm import lstm, make_params as lstm_params
@@ -154,14 +155,24 @@ def test_a_table_only_gathered_from_gets_its_rows_gradients_summed():
     np.testing.assert_array_equal(dense[[0, 4]], rows.values)
 
 
+def compiled_segment_sums(values, order, bounds):
+    """The CPU backend's sums of rows by segment, as a pullback hands them to `RowGrad`."""
+    totals = np.empty((bounds.size - 1, values.shape[1]), values.dtype)
+    calls.segment_sums(1, values, order, bounds, totals)
+    return totals
+
+
+@pytest.mark.parametrize("segment_sums", [None, compiled_segment_sums],
+                         ids=["numpy", "compiled"])
 @pytest.mark.parametrize("width", [3, 300], ids=["narrow rows", "wide rows"])
-def test_a_row_gradient_sums_each_rows_values_whatever_their_order(width):
+def test_a_row_gradient_sums_each_rows_values_whatever_their_order(width, segment_sums):
     """`RowGrad.summed`, the rows of a table gathered several times, in any order: added
-    down the rows by NumPy, or, for wide rows, a row at a time."""
+    down the rows by NumPy, or, for wide rows, a row at a time, or by the backend's
+    compiled sums by segment."""
     rng = np.random.default_rng(width)
     indices = np.array([5, 2, 5, 9, 2, 5, 0])
     values = rng.normal(size=(indices.size, width))
-    rows = rj.RowGrad.summed(indices, values, (10, width), np.float64)
+    rows = rj.RowGrad.summed(indices, values, (10, width), np.float64, segment_sums)
     expected = np.zeros((10, width))
     np.add.at(expected, indices, values)
     assert rows.indices.tolist() == [0, 2, 5, 9]

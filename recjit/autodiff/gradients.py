@@ -20,8 +20,10 @@ class RowGrad:
         self.shape = tuple(shape)
 
     @classmethod
-    def summed(cls, indices, values, shape, dtype):
-        """The rows of `indices` (repeated as often as gathered) with their `values` summed."""
+    def summed(cls, indices, values, shape, dtype, segment_sums=None):
+        """The rows of `indices` (repeated as often as gathered) with their `values` summed:
+        by `segment_sums(values, order, bounds)`, a backend's compiled sums (row s's values:
+        values[order[bounds[s]:bounds[s + 1]]], in that order), or by NumPy."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         values = np.asarray(values, dtype=dtype).reshape((indices.size,) + tuple(shape[1:]))
         if indices.size == 0:
@@ -31,6 +33,10 @@ class RowGrad:
         order = np.argsort(indices, kind="stable")  # a row's values together, in their order
         ordered = indices[order]
         starts = np.flatnonzero(np.diff(ordered, prepend=ordered[0] - 1))
+        if segment_sums is not None:
+            sums = segment_sums(values.reshape(indices.size, -1), order,
+                                np.append(starts, indices.size))
+            return cls(ordered[starts], sums.reshape(values[starts].shape), shape)
         values = values[order]
         if values[0].size < WIDE_ROW:
             return cls(ordered[starts], np.add.reduceat(values, starts, axis=0), shape)

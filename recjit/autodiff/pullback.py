@@ -100,7 +100,8 @@ class Pullback:
         cotangents = self.incoming(roots, nodes, checked_flag("check_finite", check_finite))
         layout = self.layout(per_tree)
         trees = layout.trees
-        sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees, on_device)
+        sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees, on_device,
+                    getattr(self.compiled, "segment_sums", None))
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
             return sink
         if self.compiled is not None:
@@ -159,8 +160,7 @@ class Pullback:
         for output in outputs:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
-                sink.param(output.attrs[0], values.T if output.columns else values, nodes,
-                           self.compiled.rows_by_tree)
+                sink.param(output.attrs[0], values.T if output.columns else values, nodes)
             elif output.effect == "grad_table":
                 table, field = output.attrs
                 row_shape = tuple(self.cell.parameters[table][1:])
@@ -274,32 +274,36 @@ class Sink:
     and their gradients, each float field's gradient per node (the linearized numbering).
     `trees`: the tree of every node, for gradients per tree (None: summed over the forest).
     `on_device`: puts the dense gradients together on the GPU (`DeviceGradients`), from the
-    kernel's sums left there and the host's parts; None: all on the host."""
+    kernel's sums left there and the host's parts; None: all on the host. `segment_sums`: a
+    backend's compiled sums of rows by segment (a bias's rows by tree, a table's by row
+    index: `param`, `RowGrad.summed`), or None for NumPy's."""
 
-    def __init__(self, cell, params, linearized, dtype, trees=None, on_device=None):
+    def __init__(self, cell, params, linearized, dtype, trees=None, on_device=None,
+                 segment_sums=None):
         self.cell = cell
         self.params = params
         self.linearized = linearized
         self.dtype = dtype
         self.trees = trees
         self.on_device = on_device
+        self.segment_sums = segment_sums
         self.device_parts = {}  # {parameter: the kernel's sums of it, on the device}
         self.dense = {}
         self.table_rows = {}
         self.grouped_tables = set()  # whose rows are sums over groups of leaves
         self.field_gradients = {}
 
-    def param(self, name, values, nodes, by_tree=None):
+    def param(self, name, values, nodes):
         """Add `values`, a contribution per row (each of node `nodes[row]`); per tree, each
-        tree's rows summed together: by `by_tree(values, order, bounds)` (a backend's sums,
-        tree t's rows being order[bounds[t]:bounds[t + 1]]), or by NumPy's `reduceat`
+        tree's rows summed together: by the backend's `segment_sums(values, order, bounds)`
+        (tree t's rows being order[bounds[t]:bounds[t + 1]]), or by NumPy's `reduceat`
         (`np.add.at`, row by row, took ten times as long)."""
         if self.trees is None:
             self.add(name, values.sum(axis=0))
             return
         order, bounds = self.by_tree(nodes)
-        if by_tree is not None:
-            self.add(name, by_tree(values, order, bounds))
+        if self.segment_sums is not None:
+            self.add(name, self.segment_sums(values, order, bounds))
             return
         total = np.zeros((self.linearized.roots.size,) + values.shape[1:], dtype=self.dtype)
         rows = bounds[:-1] < bounds[1:]  # the trees with rows here: reduceat needs each
@@ -405,12 +409,14 @@ class Sink:
         if only_gathered and name not in self.dense:  # no rows at all in an empty forest
             gathered = gathered or [(np.zeros(0, np.int64), np.zeros((0,) + tuple(shape[1:])),
                                      np.zeros(0, np.int64))]
-            indices, values, nodes = (np.concatenate(part) for part in zip(*gathered))
+            indices, values, nodes = (gathered[0] if len(gathered) == 1 else
+                                      (np.concatenate(part) for part in zip(*gathered)))
             if self.trees is None:
-                return RowGrad.summed(indices, values, shape, self.dtype)
+                return RowGrad.summed(indices, values, shape, self.dtype, self.segment_sums)
             order, bounds = self.by_tree(nodes)
             indices, values = indices[order], values[order]  # each tree's rows one slice
-            return [RowGrad.summed(indices[begin:end], values[begin:end], shape, self.dtype)
+            return [RowGrad.summed(indices[begin:end], values[begin:end], shape, self.dtype,
+                                   self.segment_sums)
                     for begin, end in itertools.pairwise(bounds)]
         leading = () if self.trees is None else (trees,)
         parts = self.device_parts.get(name, [])

@@ -19,7 +19,7 @@ key_caches_by(calls, runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
 _weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
                                      "recjit_cpu_weight_gradients_by_tree")
-_rows_by_tree = Launcher(calls.rows_by_tree, "recjit_cpu_rows_by_tree")
+_segment_sums = Launcher(calls.segment_sums, "recjit_cpu_segment_sums")
 
 
 @functools.cache
@@ -186,9 +186,9 @@ class CpuBackward(GeneratedKernel):
         _weight_gradients_by_tree(a_rows, b_rows, order, bounds, totals, size=totals.size)
         return totals
 
-    def rows_by_tree(self, values, order, bounds):
-        """Σ values over each tree's rows (tree t's: order[bounds[t]:bounds[t + 1]]), a row
-        per tree: a bias's per-tree gradients."""
+    def segment_sums(self, values, order, bounds):
+        """Σ values over each segment's rows (segment s's: order[bounds[s]:bounds[s + 1]]), a
+        row per segment: a bias's gradient per tree, a table's gathered rows by row index."""
         totals = np.empty((bounds.size - 1, values.shape[1]), self.dtype)
-        _rows_by_tree(values, order, bounds, totals, size=values.size)
+        _segment_sums(values, order, bounds, totals, size=values.size)
         return totals

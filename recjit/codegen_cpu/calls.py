@@ -271,15 +271,17 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def rows_by_tree(workers, values, order, bounds, totals):
-    """totals[t] = Σ values[n] over the rows n = order[bounds[t]:bounds[t + 1]] of tree t, in
-    that order: a bias's per-tree gradients, a tree a task, read where the rows lie (NumPy's
-    `reduceat` needed them gathered first, and took a tenth of a per-tree pullback). The
-    tasks do not depend on `workers`, numba's count: the same sums on any."""
-    for tree in numba.prange(totals.shape[0]):
-        total = totals[tree]
+def segment_sums(workers, values, order, bounds, totals):
+    """totals[s] = Σ values[n] over the rows n = order[bounds[s]:bounds[s + 1]] of segment
+    s, in that order: a bias's gradient per tree, a table's gathered rows summed by row
+    index; a segment a task, read where the rows lie (NumPy's `reduceat` needed them gathered
+    first, and took a tenth of a per-tree pullback; for a table's wide rows, NumPy added a
+    row at a time). The tasks do not depend on `workers`, numba's count: the same sums on
+    any."""
+    for segment in numba.prange(totals.shape[0]):
+        total = totals[segment]
         total[:] = 0
-        for position in range(bounds[tree], bounds[tree + 1]):
+        for position in range(bounds[segment], bounds[segment + 1]):
             row = values[order[position]]
             for column in range(total.size):
                 total[column] += row[column]

@@ -350,6 +350,28 @@ def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows):
     np.testing.assert_allclose(products[0], b_rows.T @ a_rows, rtol=1e-12)
 
 
+@pytest.mark.parametrize("b_width", [128, 96], ids=["rows 1 KiB apart", "rows 768 B apart"])
+def test_a_weight_gradient_over_rows_in_few_cache_sets_reads_them_apart_with_the_same_sums(
+        b_width):
+    """b's rows 1 KiB apart (128 float64), over `APART_FROM_ROWS` nodes: the product reads a
+    copy whose rows lie further apart, and gives the sums, to the bit, that it gives from the
+    same rows lying apart already; rows 768 bytes apart are read where they lie."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)  # exports the products
+    rows = calls.APART_FROM_ROWS
+    rng = np.random.default_rng(b_width)
+    a_rows, b_rows = rng.normal(size=(rows, 40)), rng.normal(size=(rows, b_width))
+    apart = np.empty((rows, b_width + 8))
+    apart[:, :b_width] = b_rows
+    assert calls.rows_in_few_sets(b_rows) == (b_width == 128)
+    assert not calls.rows_in_few_sets(apart[:, :b_width])
+    products = [np.empty((b_width, 40)) for _ in range(2)]
+    for b, product in zip((b_rows, apart[:, :b_width]), products):
+        calls.weight_gradient(2, a_rows, b, product, 32)
+    np.testing.assert_array_equal(products[0], products[1])
+    np.testing.assert_allclose(products[0], b_rows.T @ a_rows, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("a_width, b_width", [(7, 5), (50, 40), (3, FLOAT32_PANEL)])
 def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a_width,

@@ -131,7 +131,10 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
     shares of whole passes of six rows, so that every row takes the pass it takes on one
     thread: the same sums on any count. Its threads are the kernels' own, so it does not
     wait on another pool's threads spinning on the same cores, as a NumPy product after a
-    kernel did."""
+    kernel did. b's rows that lie in few cache sets are read from a copy that puts them
+    apart (`apart_rows`)."""
+    if b_rows.shape[0] >= APART_FROM_ROWS and rows_in_few_sets(b_rows):
+        b_rows = apart_rows(b_rows)
     if a_rows.shape[0] > 2 * WEIGHT_GRADIENT_CHUNK:
         _weight_gradient_by_chunks(a_rows, b_rows, y)
         return
@@ -159,6 +162,31 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
             first = worker * passes // workers * 6
             end = columns if worker == workers - 1 else (worker + 1) * passes // workers * 6
             _padded_product(last, x[first:end], y[first:end, whole:])
+
+
+# The nodes from which `weight_gradient` copies b's rows apart where they lie in few cache
+# sets: reading six elements of each node's row, down the nodes, a product's blocks found
+# those rows in L1 no more, and at 1,000 nodes and more the copy cost less than that.
+APART_FROM_ROWS = 960
+
+
+@numba.njit(nogil=True, cache=True)
+def rows_in_few_sets(rows):
+    """Whether the rows lie a power of two of `ALIASED_STRIDE` apart (1, 2, 4 KiB...): the
+    same few sets of a cache hold all of them. Three KiB apart they spread."""
+    multiple = rows.strides[0] // runtime.ALIASED_STRIDE
+    return (rows.strides[0] % runtime.ALIASED_STRIDE == 0 and multiple > 0
+            and multiple & (multiple - 1) == 0)
+
+
+@numba.njit(parallel=True, nogil=True, cache=True)
+def apart_rows(rows):
+    """A copy of `rows` whose rows lie a cache line further apart than its columns take."""
+    columns = rows.shape[1]
+    padded = np.empty((rows.shape[0], columns + 64 // rows.itemsize), dtype=rows.dtype)
+    for row in numba.prange(rows.shape[0]):
+        padded[row, :columns] = rows[row]
+    return padded[:, :columns]
 
 
 # The rows of a and b one task of a weight gradient over many rows takes: a panel's and a pass's

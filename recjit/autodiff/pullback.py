@@ -414,7 +414,8 @@ class Sink:
             if self.trees is None:
                 return RowGrad.summed(indices, values, shape, self.dtype, self.segment_sums)
             order, bounds = self.by_tree(nodes)
-            indices, values = indices[order], values[order]  # each tree's rows one slice
+            if (order[1:] < order[:-1]).any():  # each tree's rows one slice (a leaf group's
+                indices, values = indices[order], values[order]  # rows are so already)
             return [RowGrad.summed(indices[begin:end], values[begin:end], shape, self.dtype,
                                    self.segment_sums)
                     for begin, end in itertools.pairwise(bounds)]

@@ -437,11 +437,20 @@ def ddp_epochs(data, limit):
 
 def run_and_pullback_ms(model, forest, p, repeat):
     """(median ms of `model.run`, of a pullback of unit root cotangents) on `forest`, and
-    those cotangents."""
+    those cotangents. The two are timed in turns, as training calls them: timed one after
+    the other, a change of this shared host's speed between them moved their ratio by a
+    third (benchmarks/README.md)."""
     out, pullback = model.vjp(forest, p)
     roots = tuple(np.ones_like(state) for state in out.roots)
-    run = median_ms(lambda _: model.run(forest, p), [None] * repeat, 1)
-    back = median_ms(lambda _: pullback(roots=roots), [None] * repeat, 1)
+    calls = (lambda: model.run(forest, p), lambda: pullback(roots=roots))
+    times = ([], [])
+    for turn in range(repeat + 1):  # the first turn warms up
+        for call, taken in zip(calls, times):
+            started = time.perf_counter()
+            call()
+            if turn:
+                taken.append(time.perf_counter() - started)
+    run, back = (1e3 * float(np.median(taken)) for taken in times)
     return run, back, roots
 
 

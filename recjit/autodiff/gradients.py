@@ -36,7 +36,7 @@ class RowGrad:
         if segment_sums is not None:
             sums = segment_sums(values.reshape(indices.size, -1), order,
                                 np.append(starts, indices.size))
-            return cls(ordered[starts], sums.reshape(values[starts].shape), shape)
+            return cls(ordered[starts], sums.reshape((starts.size,) + values.shape[1:]), shape)
         values = values[order]
         if values[0].size < WIDE_ROW:
             return cls(ordered[starts], np.add.reduceat(values, starts, axis=0), shape)

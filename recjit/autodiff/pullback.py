@@ -101,7 +101,8 @@ class Pullback:
         layout = self.layout(per_tree)
         trees = layout.trees
         sink = Sink(self.cell, self.params, self.linearized, self.dtype, trees, on_device,
-                    getattr(self.compiled, "segment_sums", None))
+                    getattr(self.compiled, "segment_sums", None),
+                    getattr(self.compiled, "weight_gradients_by_tree", None))
         if self.linearized.num_nodes == 0:  # an empty forest: every gradient is zero
             return sink
         if self.compiled is not None:
@@ -155,8 +156,7 @@ class Pullback:
                 sink.add(name, self.compiled.weight_gradient(a_rows, b_rows))
             else:
                 sink.outer(name, a_rows, b_rows,
-                           np.repeat(nodes_of[output.rows], output.vectors),
-                           self.compiled.weight_gradients_by_tree)
+                           np.repeat(nodes_of[output.rows], output.vectors))
         for output in outputs:
             values, nodes = arrays[output.name], nodes_of[output.rows]
             if output.effect == "grad_param":
@@ -274,12 +274,13 @@ class Sink:
     and their gradients, each float field's gradient per node (the linearized numbering).
     `trees`: the tree of every node, for gradients per tree (None: summed over the forest).
     `on_device`: puts the dense gradients together on the GPU (`DeviceGradients`), from the
-    kernel's sums left there and the host's parts; None: all on the host. `segment_sums`: a
-    backend's compiled sums of rows by segment (a bias's rows by tree, a table's by row
-    index: `param`, `RowGrad.summed`), or None for NumPy's."""
+    kernel's sums left there and the host's parts; None: all on the host. `segment_sums`,
+    `products_by_tree`: a backend's compiled sums of rows by segment (a bias's rows by tree, a
+    table's by row index: `param`, `RowGrad.summed`) and weight products per tree (`outer`),
+    or None for NumPy's."""
 
     def __init__(self, cell, params, linearized, dtype, trees=None, on_device=None,
-                 segment_sums=None):
+                 segment_sums=None, products_by_tree=None):
         self.cell = cell
         self.params = params
         self.linearized = linearized
@@ -287,6 +288,7 @@ class Sink:
         self.trees = trees
         self.on_device = on_device
         self.segment_sums = segment_sums
+        self.products_by_tree = products_by_tree
         self.device_parts = {}  # {parameter: the kernel's sums of it, on the device}
         self.dense = {}
         self.table_rows = {}
@@ -311,16 +313,16 @@ class Sink:
             total[rows] = np.add.reduceat(values[order], bounds[:-1][rows], axis=0)
         self.add(name, total)
 
-    def outer(self, name, a, b, nodes, by_tree=None):
+    def outer(self, name, a, b, nodes):
         """Add Σ a[row] ⊗ b[row], over the rows (each of node `nodes[row]`); per tree, with
-        `by_tree(a, b, order, bounds)` (a backend's products, tree t's rows being
+        the backend's `products_by_tree(a, b, order, bounds)` (tree t's rows being
         order[bounds[t]:bounds[t + 1]]), or NumPy's, a product a tree."""
         if self.trees is None:
             self.add(name, a.T @ b)
             return
         order, bounds = self.by_tree(nodes)
-        if by_tree is not None:
-            self.add(name, by_tree(a, b, order, bounds))
+        if self.products_by_tree is not None:
+            self.add(name, self.products_by_tree(a, b, order, bounds))
             return
         total = np.empty((self.linearized.roots.size, a.shape[1], b.shape[1]), dtype=self.dtype)
         for tree in range(total.shape[0]):

@@ -377,8 +377,8 @@ def test_a_weight_gradient_over_rows_in_few_cache_sets_reads_them_apart_with_the
 def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a_width,
                                                                          b_width):
     """Σ a[n] ⊗ b[n] over each tree's rows, whatever their order, with b's columns beyond
-    its whole panels (5, 40), none beyond (a float32 panel), more rows of a than one task
-    takes (50), and a tree without rows."""
+    its whole panels (5, 40), none beyond (a float32 panel), rows of a in several passes of
+    six (50), and a tree without rows."""
     p = tree_lstm_params(HIDDEN, VOCAB, dtype, 1)
     pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
     rng = np.random.default_rng(a_width)
@@ -392,6 +392,29 @@ def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a
         rows = owners == tree
         np.testing.assert_allclose(totals[tree], a_rows[rows].T @ b_rows[rows],
                                    rtol=1e-5, atol=1e-5)
+
+
+def test_per_tree_weight_gradients_are_the_same_to_the_bit_on_any_worker_count():
+    """The workers claim the trees as they come free; each tree's product is one worker's,
+    in one order, whichever worker claims it."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float32", 1)
+    pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)  # exports the products
+    rng = np.random.default_rng(3)
+    owners = rng.permutation(np.repeat(np.arange(6), [40, 3, 17, 0, 29, 8]))
+    a_rows = rng.normal(size=(owners.size, 45)).astype("float32")
+    b_rows = rng.normal(size=(owners.size, 37)).astype("float32")
+    order = np.argsort(owners, kind="stable")
+    bounds = np.searchsorted(owners[order], np.arange(7))
+    totals = [np.empty((6, 45, 37), "float32") for _ in range(2)]
+    before = numba.get_num_threads()
+    try:
+        for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
+            numba.set_num_threads(workers)
+            calls.weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, total)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(totals[0], totals[1])
+    np.testing.assert_array_equal(totals[0][3], 0)
 
 
 @pytest.mark.parametrize("columns", [False, True], ids=["rows", "columns"])

@@ -250,11 +250,6 @@ def padded_panels(rows, first, width):
     return panels
 
 
-# The rows of a tree's gradient one task of `weight_gradients_by_tree` takes: a multiple of the
-# six rows an outer-product pass takes.
-TREE_ROW_BLOCK = 48
-
-
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
 def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     """totals[t] = Σ a[n] ⊗ b[n] over the rows n = order[bounds[t]:bounds[t + 1]] of tree
@@ -263,13 +258,14 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
     tree order first, b's zero-padded to whole panels, so that tree t's b rows, cut in two
     vectors' worth of columns, are its product's panels as they lie (`row_panels`), and its
     a rows, read transposed, the product's x. The padded panel after the whole ones writes
-    scratch rows, each task's its own, whose first columns are the gradient's last: a task
-    allocates nothing, for a task is small (a tree's rows deep). A task is a tree and
-    `TREE_ROW_BLOCK` whole rows of its gradient, so that each thread writes a new `totals` a
-    row at a time, not a column strip of every row; consecutive tasks are different trees,
-    so that the threads' even shares of the tasks (`workers` of them, as numba's count is
-    set) hold trees of every size. The tasks do not depend on the count: the same sums on
-    any."""
+    scratch rows, each worker's its own, whose first columns are the gradient's last.
+
+    A task is a whole tree: its panels, a few KiB, stay in L1 while every row of its
+    gradient passes through them (blocks of 48 rows, each tree's taken in turn, ran a
+    quarter to a half slower). The `workers` claim the trees one at a time, the largest
+    first, from a counter they share, so that neither waits long for the other however the
+    trees' sizes fall. Which worker takes a tree does not change its sums: the same on any
+    count."""
     rows, columns = a_rows.shape[1], b_rows.shape[1]
     width = runtime.panel_width(b_rows.itemsize)
     whole = columns // width
@@ -280,22 +276,24 @@ def weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, totals):
         a[row] = a_rows[order[row]]
         b[row, :columns] = b_rows[order[row]]
         b[row, columns:] = 0
-    trees, blocks = totals.shape[0], -(-rows // TREE_ROW_BLOCK)
-    scratch = np.empty((trees * blocks if padded > whole else 0, TREE_ROW_BLOCK, width),
-                       dtype=totals.dtype)
-    for task in numba.prange(trees * blocks):
-        tree, block = task % trees, task // trees
-        first, end = bounds[tree], bounds[tree + 1]
-        row_begin = block * TREE_ROW_BLOCK
-        row_end = min(rows, row_begin + TREE_ROW_BLOCK)
-        x = a[first:end, row_begin:row_end].T
-        y = totals[tree, row_begin:row_end]
-        panels = row_panels(b[first:end].T)
-        panel_rows(panels, x, y, y.shape[0], 0, whole)
-        if padded > whole:
-            tail = scratch[task]
-            panel_rows(panels[whole:], x, tail, y.shape[0], 0, 1)
-            y[:, whole * width:] = tail[:y.shape[0], :columns - whole * width]
+    trees = totals.shape[0]
+    largest_first = np.argsort(bounds[:-1] - bounds[1:], kind="mergesort")
+    claimed = np.zeros(1, dtype=np.int64)
+    scratch = np.empty((workers if padded > whole else 0, rows, width), dtype=totals.dtype)
+    for worker in numba.prange(workers):
+        claim = runtime.fetch_add(claimed, 0, 1)
+        while claim < trees:
+            tree = largest_first[claim]
+            first, end = bounds[tree], bounds[tree + 1]
+            x = a[first:end].T
+            y = totals[tree]
+            panels = row_panels(b[first:end].T)
+            panel_rows(panels, x, y, rows, 0, whole)
+            if padded > whole:
+                tail = scratch[worker]
+                panel_rows(panels[whole:], x, tail, rows, 0, 1)
+                y[:, whole * width:] = tail[:, :columns - whole * width]
+            claim = runtime.fetch_add(claimed, 0, 1)
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

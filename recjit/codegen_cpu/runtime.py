@@ -634,11 +634,11 @@ def _share(num_rows, row_block, worker, workers):
 
 
 @intrinsic
-def _fetch_add(typingctx, counters, index, value):
+def fetch_add(typingctx, counters, index, value):
     """counters[index] += value atomically; the value before."""
     if not (isinstance(counters, types.Array) and counters.ndim == 1
             and counters.dtype == types.int64):
-        raise TypingError(f"_fetch_add needs a 1-d int64 array, not {counters}")
+        raise TypingError(f"fetch_add needs a 1-d int64 array, not {counters}")
 
     def codegen(context, builder, signature, args):
         array = context.make_array(signature.args[0])(context, builder, args[0])
@@ -690,7 +690,7 @@ def matmul_share(weight, panels, tail, x, y, rows, row_block, worker, workers, f
     taken = 0
     while not (alone and taken == blocks):
         if not alone and taken >= own:
-            claim = _fetch_add(claimed, segment, 1)
+            claim = fetch_add(claimed, segment, 1)
             if claim >= contested:
                 if claim == contested + 1:  # the pair's last claim: both have read the start
                     claimed[segment] = 0

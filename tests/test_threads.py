@@ -143,9 +143,10 @@ if __name__ == '__main__':
 
 def test_a_process_forked_after_a_run_runs_models_and_their_gradients():
     """multiprocessing's default on Linux, and a DataLoader worker's: the child runs each
-    kernel compiled serially, where numba would have killed it."""
+    kernel compiled serially, where numba would have killed it, and gets the parent's
+    results up to rounding (a serial twin is compiled apart, with fast math)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run([sys.executable, "-c", FORKED], cwd=root, capture_output=True,
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert float(result.stdout.split()[-1]) == 0.0
+    assert float(result.stdout.split()[-1]) <= 1e-12

@@ -253,6 +253,16 @@ def test_select_refuses_children_that_are_not_nodes():
         forest.select([0])
 
 
+def test_concat_refuses_a_child_outside_its_own_forest_naming_the_forest_and_node():
+    """Node 0's child 5 lies past its own forest's three nodes; once the forests are joined
+    it would be a node of the next forest, a structure no forest had."""
+    good = rj.Forest([0, 2, 2, 2], [1, 2], [0], fields={"word": [-1, 0, 1]})
+    bad = rj.Forest([0, 2, 2, 2], [1, 5], [0], fields={"word": [-1, 0, 1]})
+    with pytest.raises(rj.InputError, match=r"Forest.concat: forest 1: node 0 has a child "
+                                            r"outside 0..2"):
+        rj.Forest.concat([good, bad, good])
+
+
 def test_concat_refuses_forests_whose_word_ids_mean_other_words():
     first, second = rj.Forest.from_ptb(PTB_LINES[:1]), rj.Forest.from_ptb(PTB_LINES[1:2])
     with pytest.raises(rj.InputError, match="forest 1 has another vocabulary than forest 0"):

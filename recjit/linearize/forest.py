@@ -128,9 +128,12 @@ class Forest:
         forests = list(forests)
         if not forests or not all(isinstance(f, Forest) for f in forests):
             raise InputError("Forest.concat takes a non-empty sequence of Forests")
-        for forest in forests:
+        for index, forest in enumerate(forests):
             forest._require_host("concat")
-            check_structure(forest)
+            try:
+                check_structure(forest)
+            except InputError as error:
+                raise InputError(f"Forest.concat: forest {index}: {error}") from None
         first = forests[0]
         for index, forest in enumerate(forests[1:], 1):
             if forest.kind != first.kind:

@@ -394,6 +394,20 @@ def test_per_tree_weight_gradients_are_each_trees_sum_of_outer_products(dtype, a
                                    rtol=1e-5, atol=1e-5)
 
 
+def on_one_worker_and_two(call, shape, dtype):
+    """`call(workers, total)` into a new `total` of `shape` with numba's thread count set to
+    one worker, then to two (where numba has two): the two totals."""
+    totals = [np.empty(shape, dtype) for _ in range(2)]
+    before = numba.get_num_threads()
+    try:
+        for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
+            numba.set_num_threads(workers)
+            call(workers, total)
+    finally:
+        numba.set_num_threads(before)
+    return totals
+
+
 def test_per_tree_weight_gradients_are_the_same_to_the_bit_on_any_worker_count():
     """The workers claim the trees as they come free; each tree's product is one worker's,
     in one order, whichever worker claims it."""
@@ -405,14 +419,8 @@ def test_per_tree_weight_gradients_are_the_same_to_the_bit_on_any_worker_count()
     b_rows = rng.normal(size=(owners.size, 37)).astype("float32")
     order = np.argsort(owners, kind="stable")
     bounds = np.searchsorted(owners[order], np.arange(7))
-    totals = [np.empty((6, 45, 37), "float32") for _ in range(2)]
-    before = numba.get_num_threads()
-    try:
-        for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
-            numba.set_num_threads(workers)
-            calls.weight_gradients_by_tree(workers, a_rows, b_rows, order, bounds, total)
-    finally:
-        numba.set_num_threads(before)
+    totals = on_one_worker_and_two(lambda workers, total: calls.weight_gradients_by_tree(
+        workers, a_rows, b_rows, order, bounds, total), (6, 45, 37), "float32")
     np.testing.assert_array_equal(totals[0], totals[1])
     np.testing.assert_array_equal(totals[0][3], 0)
 
@@ -429,14 +437,8 @@ def test_per_tree_row_sums_are_each_trees_sum_the_same_on_any_worker_count(colum
     values = rng.normal(size=(9, owners.size)).T if columns else rng.normal(size=(owners.size, 9))
     order = np.argsort(owners, kind="stable")
     bounds = np.searchsorted(owners[order], np.arange(5))
-    totals = [np.empty((4, 9)) for _ in range(2)]
-    before = numba.get_num_threads()
-    try:
-        for workers, total in zip((1, min(2, numba.config.NUMBA_NUM_THREADS)), totals):
-            numba.set_num_threads(workers)
-            calls.segment_sums(workers, values, order, bounds, total)
-    finally:
-        numba.set_num_threads(before)
+    totals = on_one_worker_and_two(lambda workers, total: calls.segment_sums(
+        workers, values, order, bounds, total), (4, 9), "float64")
     np.testing.assert_array_equal(totals[0], totals[1])
     for tree in range(4):
         np.testing.assert_allclose(totals[0][tree], values[owners == tree].sum(axis=0),

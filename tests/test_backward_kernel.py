@@ -15,10 +15,11 @@ from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from recjit.codegen_cpu import calls
+from recjit.codegen_cpu import calls, runtime
 from recjit.codegen_cpu.runtime import panel_width
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
+from recjit.lowering.backward import gradient_sums
 from recjit.lowering import ilir
 
 from conftest import assert_same_gradients, random_dags, seeds
@@ -443,6 +444,43 @@ def test_per_tree_row_sums_are_each_trees_sum_the_same_on_any_worker_count(colum
     for tree in range(4):
         np.testing.assert_allclose(totals[0][tree], values[owners == tree].sum(axis=0),
                                    rtol=1e-12, atol=1e-12)
+
+
+def test_the_cpus_backward_kernel_sums_each_biass_rows_itself():
+    """Every bias's rows (b_iou's of the internal nodes and of the leaves' groups, b_f's of
+    the internal nodes) are summed at the kernel's end, for a whole gradient to read: each
+    the sum of the rows the kernel filled."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 1)
+    kernel = pullback.compiled.kernel
+    biases = [rows for rows in kernel.gradients if rows.effect == "grad_param"]
+    sums = gradient_sums(kernel)
+    assert sorted(total.a for total in sums) == sorted(rows.name for rows in biases)
+    assert {total.parameter for total in sums} == {"b_iou", "b_f"}
+    assert "sum_rows_share(" in pullback.compiled.source
+    layout = pullback.layout(False)
+    arrays = pullback.compiled(pullback.linearized, pullback.params, pullback.states,
+                               pullback.incoming(roots, nodes), pullback.kept,
+                               groups=layout.groups)
+    for total in sums:
+        np.testing.assert_allclose(arrays[total.total], arrays[total.a].sum(axis=0),
+                                   rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype, columns", [("float64", 37), ("float32", 16), ("float32", 3)])
+def test_a_biass_row_sums_are_the_same_to_the_bit_on_any_worker_count(dtype, columns):
+    """Each worker sums whole cache lines of the columns (a part of one at the end, or none
+    where there are fewer lines than workers), every column over the rows in order."""
+    rows = np.random.default_rng(columns).normal(size=(29, columns)).astype(dtype)
+    totals = []
+    for workers in (1, 2, 3):
+        total = np.full(columns, np.nan, dtype=dtype)
+        for worker in range(workers):
+            runtime.sum_rows_share(rows, total, worker, workers)
+        totals.append(total)
+    np.testing.assert_array_equal(totals[0], totals[1])
+    np.testing.assert_array_equal(totals[0], totals[2])
+    np.testing.assert_allclose(totals[0], rows.sum(axis=0), rtol=1e-5)
 
 
 def test_transposed_weights_whose_rows_alias_in_the_cache_are_packed_and_still_right():

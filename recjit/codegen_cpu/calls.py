@@ -115,6 +115,7 @@ def pack_share(typingctx, weight, panels, row_block, worker, workers):
 weight_panels, row_panels = runtime.weight_panels, runtime.row_panels
 transposed_room, pack_rows_share = runtime.transposed_room, runtime.pack_rows_share
 transposed_panels, tail_rows = runtime.transposed_panels, runtime.tail_rows
+sum_rows_share = runtime.sum_rows_share
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)

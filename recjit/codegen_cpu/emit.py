@@ -2,16 +2,19 @@
 
 The translation is one to one: a parallel ILIR loop is a `prange` (inside the batch loop, with
 a serial twin for batches of a few nodes), consecutive `MatMul`s one `prange` over workers,
-which claim blocks of every weight's rows, every other statement the Python line it prints
-as. Three things are the CPU's own: the weights of those products are packed into panels once
-per run, first thing (`_weight_panels`); element loops over a transposed matrix walk it column
-by column (`_column_walk`); sums over a node's children go first, each into a row of its own
+which claim blocks of every weight's rows, consecutive `GradientSum`s one too, each worker
+summing its columns of every bias, every other statement the Python line it prints as. Three
+things are the CPU's own: the weights of those products are packed into panels once per run,
+first thing (`_weight_panels`); element loops over a transposed matrix walk it column by
+column (`_column_walk`); sums over a node's children go first, each into a row of its own
 (`child_sums`)."""
+from ..errors import RecJitError
 from ..lowering.ilir import (
     ArgumentRole,
     BinOp,
     Call,
     Const,
+    GradientSum,
     LoopRole,
     MatMul,
     StatementVisitor,
@@ -104,17 +107,25 @@ class KernelBody(StatementVisitor):
         """`forward`: the direction in which this code walks a weight's rows (see
         `shared_products`); `batched`: inside the loop over batches (see `parallel_loop`)."""
         pad = "    " * depth
-        products = []
+        products, sums = [], []
         for statement in body:
             if isinstance(statement, MatMul) and statement.parallel:
                 products.append(statement)
                 continue
+            if isinstance(statement, GradientSum):
+                sums.append(statement)
+                continue
             if products:
                 self.shared_products(products, pad, forward)
                 products = []
+            if sums:
+                self.shared_sums(sums, pad)
+                sums = []
             self.visit(statement, depth, forward, batched)
         if products:
             self.shared_products(products, pad, forward)
+        if sums:
+            self.shared_sums(sums, pad)
 
     def visit_Loop(self, statement, depth, forward, batched):
         if statement.columns:
@@ -194,6 +205,18 @@ class KernelBody(StatementVisitor):
                 f"{x}, {y}, "
                 f"{_bound(product.rows)}, {product.row_block}, worker, workers, {forward}, "
                 f"claimed[{site}], claim_starts[{site}])")
+
+    def shared_sums(self, sums, pad):
+        """Consecutive `GradientSum`s, each a bias's rows summed (`with_bias_sums`), in one
+        parallel loop over workers, each summing its share of every bias's columns
+        (`sum_rows_share`). A weight's gradient is the host's product of its rows."""
+        self.lines.append(f"{pad}for worker in prange(workers):")
+        for total in sums:
+            if total.b is not None or total.summed[0].columns:
+                raise RecJitError(f"the CPU's kernels sum a bias's rows, not {total.total}: "
+                                  "the host multiplies a weight's rows")
+            self.lines.append(f"{pad}    sum_rows_share({total.a}, {total.total}, worker, "
+                              "workers)")
 
     def column_walk(self, loop, depth):
         """An element loop over whole rows of a matrix, column by column in tiles of 16 rows:
@@ -282,6 +305,8 @@ def emit_source(kernel, fast_math, pack_from_nodes, header):
     panels = ("pack_rows_share, tail_rows, transposed_panels,\n"
               "                                      transposed_room, weight_panels"
               if kernel.transposed else "weight_panels")
+    if any(isinstance(statement, GradientSum) for statement in kernel.body):
+        panels += ",\n                                      sum_rows_share"
     flags = FAST_FLAGS if fast_math else EXACT_FLAGS
     helper = f'@njit(fastmath={flags}, error_model="numpy")'  # the kernel's semantics
     labels = {name: kernel.source(name) for name in kernel.arrays_of(ArgumentRole.PARAMETER)}

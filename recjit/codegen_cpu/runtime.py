@@ -530,6 +530,23 @@ def pack_rows_share(weight, room, worker, workers):
 
 
 @numba.njit(nogil=True, cache=True)
+def sum_rows_share(rows, total, worker, workers):
+    """Worker `worker`'s 1/`workers` of total[c] = Σ_n rows[n, c] (a bias's gradient from its
+    rows, in a backward kernel): whole cache lines of the columns, each summed over the rows
+    in their order, so that the sums are the same on any count."""
+    width = 64 // total.itemsize
+    lines = -(-total.size // width)
+    first = min(total.size, worker * lines // workers * width)
+    end = min(total.size, (worker + 1) * lines // workers * width)
+    share = total[first:end]
+    share[:] = 0
+    for n in range(rows.shape[0]):
+        row = rows[n, first:end]
+        for column in range(share.size):
+            share[column] += row[column]
+
+
+@numba.njit(nogil=True, cache=True)
 def transposed_panels(weight, room):
     """The panels the products read of a parameter read transposed: those packed into
     `room`, where there is room, else its rows as they lie (`row_panels`)."""

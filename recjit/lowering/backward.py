@@ -18,7 +18,9 @@ one loop over the elements. What a pass sends on is where the effects go:
   they lie, the narrower transposed in tiles) or a column per node (`gradient_columns`, the
   GPU's: the layout its sums read), and is one product of the two over all nodes, with the
   kernels' own products (`codegen_cpu.calls.weight_gradient`); or, after
-  `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`).
+  `with_gradient_sums` (the GPU's), the kernel sums it itself at its end (`GradientSum`). A
+  bias's rows are summed by the kernel at its end on either backend (`with_bias_sums`, the
+  CPU's: every bias; the GPU's: those that read a weight's first vector).
 
 After the last batch, one pass over every leaf. Where the leaves' effects are linear in some of
 their values, and otherwise read only what their key (`node.word`) decides, and every effect
@@ -268,16 +270,35 @@ def with_gradient_sums(kernel):
         sums.append(GradientSum(f"{pair}_sum", a.attrs[0], a.name, b.name,
                                 (a.size // a.vectors, b.size // b.vectors), (a, b)))
     first_vectors = {a.name for a, _ in pairs.values()}
-    sums += [GradientSum(f"{rows.name}_sum_{label(rows.attrs[0])}", rows.attrs[0], rows.name,
-                         None, (rows.size,), (rows,))
-             for rows in kernel.gradients
-             if rows.effect == "grad_param" and rows.name in first_vectors]
+    return _ending_with(kernel, sums + [bias_sum(rows) for rows in kernel.gradients
+                                        if rows.effect == "grad_param"
+                                        and rows.name in first_vectors],
+                        "each parameter's gradient, summed over the nodes: it alone leaves "
+                        "the device")
+
+
+def with_bias_sums(kernel):
+    """The backward `kernel` ending with every bias's gradient (each `grad_param` array of a
+    row per node, edge or group of leaves) summed over its rows (`GradientSum`), after a
+    barrier: the CPU's, whose threads sum them in one pass while the rows are still in their
+    caches, where the host summed each with NumPy after the weights' products. The weights'
+    gradients stay rows, which the host multiplies (`codegen_cpu.calls.weight_gradient`)."""
+    return _ending_with(kernel, [bias_sum(rows) for rows in kernel.gradients
+                                 if rows.effect == "grad_param"],
+                        "each bias's gradient, summed over its rows")
+
+
+def bias_sum(rows):
+    """The `GradientSum` of a bias's `GradientRows`: its vector summed over the nodes."""
+    return GradientSum(f"{rows.name}_sum_{label(rows.attrs[0])}", rows.attrs[0], rows.name,
+                       None, (rows.size,), (rows,))
+
+
+def _ending_with(kernel, sums, comment):
+    """`kernel` with `sums` after its passes, each total an argument of its own."""
     if not sums:
         return kernel
-    body = kernel.body + (
-        Barrier("the sums read every node's vectors"),
-        Comment("each parameter's gradient, summed over the nodes: it alone leaves the "
-                "device"), *sums)
+    body = kernel.body + (Barrier("the sums read every node's vectors"), Comment(comment), *sums)
     roles = kernel.roles + tuple(Argument(total.total, ArgumentRole.GRADIENT_SUM,
                                           total.parameter) for total in sums)
     return replace(kernel, body=body, roles=roles,

@@ -254,10 +254,11 @@ class GradientRows:
 class GradientSum:
     """`total[r, c] = Σ_n a[r, n] · b[c, n]` over every column n of `a` and `b`, the column
     arrays of a weight gradient's `GradientRows` pair (a node's or an edge's each); with no
-    `b`, `total[r] = Σ_n a[r, n]` (a bias's gradient, read from its weight's first vector).
-    A parameter's whole gradient (`total`, of `shape`), summed by the kernel itself once its
-    passes are done, so that it leaves the device in place of the rows it sums (`summed`,
-    the `GradientRows`); a per-tree gradient still reads the rows."""
+    `b`, a bias's gradient: `total[r] = Σ_n a[r, n]` from its weight's first vector (the
+    GPU's columns), or `total[c] = Σ_n a[n, c]` from its rows (the CPU's; the `GradientRows`
+    it sums, `summed`, says which). A parameter's whole gradient (`total`, of `shape`), summed
+    by the kernel itself once its passes are done, so that the host reads it in place of the
+    rows it sums; a per-tree gradient still reads the rows."""
 
     total: str
     parameter: str

@@ -75,8 +75,9 @@ class IlirPrinter(StatementVisitor):
 
     def visit_GradientSum(self, statement, depth):
         b = "" if statement.b is None else f" ⊗ {statement.b}[:, n]"
-        self.line(depth, f"{statement.total} = Σ_n {statement.a}[:, n]{b}  (the gradient of "
-                         f"{statement.parameter}, each block its part)")
+        a = f"{statement.a}[:, n]" if statement.summed[0].columns else f"{statement.a}[n, :]"
+        self.line(depth, f"{statement.total} = Σ_n {a}{b}  (the gradient of "
+                         f"{statement.parameter}, summed over the nodes)")
 
     def visit_PackedProducts(self, statement, depth):
         self.line(depth, "products whose inputs each block packs into the same tiles:")

@@ -202,6 +202,21 @@ def test_a_pullback_after_a_gathered_row_changed_in_place_is_refused_naming_the_
         pullback(roots=(np.ones_like(out.roots[0]), None))
 
 
+def test_a_gathered_tables_rows_are_compared_bit_for_bit_and_only_those_gathered():
+    """A NaN the forward read equals itself; a row no node gathers may change; a zero that
+    changed sign changed."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    p.E[1, 1], p.E[2, 0] = np.nan, 0.0
+    out, pullback = tree_lstm.vjp(forest, p)
+    h_only = (np.ones_like(out.roots[0]), None)
+    p.E[VOCAB - 1] += 1
+    pullback(roots=h_only)
+    p.E[2, 0] = -0.0
+    with pytest.raises(rj.InputError, match="parameter 'E' changed in place after vjp"):
+        pullback(roots=h_only)
+
+
 def test_a_pullback_after_a_weight_changed_in_place_gives_the_forwards_gradients():
     """A weight is copied at vjp: an optimizer's in-place step before the pullback does not
     reach the values it reads."""

@@ -9,8 +9,10 @@ adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward
 fills a row of gradient per node for the host to reduce here, or, where no kernel was
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import itertools
+import math
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
@@ -173,7 +175,7 @@ class Pullback:
     def incoming(self, roots, nodes, check_finite=False):
         """The cotangent of each state component per node, in the linearized numbering."""
         shapes = self.cell.state_shapes
-        sizes = [int(np.prod(shape)) for shape in shapes]
+        sizes = [math.prod(shape) for shape in shapes]
         linearized = self.linearized
 
         def rows(what, given, count):
@@ -499,19 +501,38 @@ def parameter_guards(cell, params, fields, copied, on_device=None):
 
 
 class ForwardValues:
-    """The rows `rows` of a host table as the forward read them."""
+    """The rows `rows` of a host table as the forward read them, bit for bit."""
 
     def __init__(self, name, values, rows):
-        self.name, self.rows = name, rows
-        self.values = values.take(rows, axis=0)
+        self.name, self.rows, self.shape = name, rows, values.shape
+        self.kept = as_rows(_bits(values.take(rows, axis=0)))
 
     def changed(self, params):
         """[(its name, True: only gathered rows were compared)] if they changed since its
         forward, else []."""
-        if np.array_equal(_bits(getattr(params, self.name).take(self.rows, axis=0)),
-                          _bits(self.values)):
+        table = getattr(params, self.name)
+        if table.shape == self.shape and not rows_differ(as_rows(_bits(table)), self.rows,
+                                                         self.kept):
             return []
         return [(self.name, True)]
+
+
+def as_rows(values):
+    """`values` as a matrix of a row per row of its first axis (a view where it can be)."""
+    return values.reshape(values.shape[0], math.prod(values.shape[1:]))
+
+
+@numba.njit(cache=True, nogil=True)
+def rows_differ(table, rows, kept):
+    """Whether row rows[i] of `table` differs from row i of `kept` anywhere. Without an early
+    exit the loop vectorizes: three times as fast as NumPy's gather and compare, for the few
+    hundred rows a batch gathers (an exit at the first difference ran slower than NumPy)."""
+    differ = False
+    for i in range(rows.size):
+        row, then = table[rows[i]], kept[i]
+        for column in range(row.size):
+            differ |= row[column] != then[column]
+    return differ
 
 
 def sorted_unique(values):

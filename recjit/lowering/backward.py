@@ -60,23 +60,27 @@ def column_position(element, column, matrix):
 class GradientRow:
     """Element e of row `row` of a gradient array, a value of the node's; with `columns`,
     of its column `row` (a weight gradient's vectors, in the layout its product reads; a
-    matrix pair's value, `matrix` = (rows, width), a column a row of it)."""
+    matrix pair's value, `matrix` = (rows, width), a column a row of it); with `offset`,
+    element `offset` + e of a row that holds several values side by side (a weight's
+    vectors from each of its products: `one_product_per_weight`)."""
 
     array: str
     row: object
     columns: bool = False
     matrix: tuple = None
+    offset: int = None
 
     @property
     def node_row(self):
-        """The array whose row of the node holds the value's elements in order (None: a
-        column each), which a product can read in place of a packed copy
-        (`PassLowering.rows_stored`)."""
-        return None if self.columns or self.row != Var("node") else self.array
+        """The array whose row of the node holds the value's elements in order, and nothing
+        else (None: a column each, or beside other values), which a product can read in
+        place of a packed copy (`PassLowering.rows_stored`)."""
+        return (None if self.columns or self.offset is not None or self.row != Var("node")
+                else self.array)
 
     def stores(self, lowering, emitter, value, position, element):
         at = (column_position(element, self.row, self.matrix) if self.columns
-              else (self.row, element))
+              else (self.row, element if self.offset is None else add(element, self.offset)))
         return [Store(self.array, at, emitter.element(value, element, position))]
 
 
@@ -153,6 +157,10 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
     first_vectors = {(op.args[0], op.per_child): _effect_array(prefix, index, op) + "_a"
                      for index, op in effects if op.kind == "grad_param_outer"
                      and len(case.ops[op.args[0]].shape) == 1}
+    read_by_biases = {(op.args[0], op.per_child) for _, op in effects
+                      if op.kind == "grad_param" and (op.args[0], op.per_child) in first_vectors}
+    side_by_side = ({} if gradient_columns else
+                    one_product_per_weight(case, effects, read_by_biases))
     for index, op in effects:
         if op.kind == "grad_child":
             outputs.append((op.args[0], _child_target(op, shared_children)))
@@ -163,6 +171,16 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
             gradients.append(GradientRows(shared, op.kind, op.attrs, effect_rows,
                                           case.ops[op.args[0]].size,
                                           columns=gradient_columns))
+            continue
+        if index in side_by_side:
+            first, place, count = side_by_side[index]
+            name = _effect_array(prefix, first, case.ops[first])
+            for side, value in enumerate(op.args):
+                array, size = name + ("_a", "_b")[side], case.ops[value].size
+                outputs.append((value, GradientRow(array, row, offset=place * size)))
+                if place == 0:
+                    gradients.append(GradientRows(array, op.kind, op.attrs, effect_rows,
+                                                  count * size, side, name, vectors=count))
             continue
         name = _effect_array(prefix, index, op)
         pair = name if len(op.args) > 1 else None  # a weight's: two vectors a node
@@ -178,6 +196,26 @@ def effect_outputs(case, prefix, rows, row, wanted=None, shared_children=False,
                                           case.ops[value].size, side, pair, columns,
                                           shape[0] if matrix else 1))
     return outputs, gradients
+
+
+def one_product_per_weight(case, effects, read_by_biases):
+    """{effect index: (the index of its weight's first effect, its place, how many)} for
+    each weight whose gradient is the sum of several outer products of a node's vectors
+    (binary TreeLSTM's `U_f`, by each child's h): their vectors go side by side in one row
+    a node, a vector each (`GradientRows.vectors`), and the host's one product over all
+    of them is the weight's gradient, where a product a pair and their sum took a call and
+    an add more. Not per child (an edge's row), nor matrices, nor where a bias reads the
+    first vector (`read_by_biases`: (value, per child) pairs)."""
+    by_weight = {}
+    for index, op in effects:
+        if (op.kind == "grad_param_outer" and not op.per_child
+                and (op.args[0], op.per_child) not in read_by_biases
+                and all(len(case.ops[value].shape) == 1 for value in op.args)):
+            sizes = tuple(case.ops[value].size for value in op.args)
+            by_weight.setdefault((op.attrs[0], sizes), []).append(index)
+    return {index: (indices[0], place, len(indices))
+            for indices in by_weight.values() if len(indices) > 1
+            for place, index in enumerate(indices)}
 
 
 def _effect_array(prefix, index, op):

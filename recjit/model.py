@@ -22,7 +22,7 @@ from .linearize import Forest, first_outside, linearize, one_node_per_batch, unr
 from .lowering import (barriers_per_batch, check_schedule, choose_schedule, lower, lower_backward,
                        print_kernel, refactor_variants)
 from .lowering.arguments import weight_shapes
-from .lowering.backward import kept_for_copies
+from .lowering.backward import gradient_sums, kept_for_copies
 from .lowering.traffic import batch_traffic
 from .ops import filling
 from .params import (WithContext, described, is_weak, params_on_host, pinned,
@@ -757,9 +757,11 @@ def _backward_line(backward, backend):
         reordered = ("; a node's per-child work runs after its own values, child by child "
                      "with the elements innermost (`vals_...` rows)"
                      if backward.children_after else "")
+        sums = "; it sums each bias's rows at its end" if gradient_sums(backward.kernel) else ""
         return ("the backward is one call of the numba parallel kernel above" + reordered
-                + grouped + "; the host then multiplies each weight's rows (Σ a ⊗ b as one "
-                "product, the rows transposed in tiles) and sums the others")
+                + grouped + sums + "; the host then multiplies each weight's rows (Σ a ⊗ b as "
+                "one product over the nodes, with the kernels' own products) and sums a "
+                "table's gathered rows by row (per tree, every gradient's rows tree by tree)")
     return (f"the backward is the kernel above on the GPU ({backward.describe()})" + grouped
             + "; the host sums the rows of the other gradients, and every weight's rows for "
             "per-tree gradients")

@@ -507,8 +507,8 @@ class RecursiveModel:
         kept for the backward (`remat=False`) unless it says `remat=True` or where it needs
         them recomputed (refactored, unrolled), on the CPU and on the GPU alike. A
         jacobian's (`wanted` effects) copies the kept products with the states
-        (`kept_for_copies`). Found once a schedule: every vjp asks, and a new `Schedule`
-        took 9 us to validate."""
+        (`kept_for_copies`). Found once a schedule: every vjp asks, and each new `Schedule`
+        validates every field."""
         schedule = checked_schedule(schedule, self.schedule)
         training = self._training_schedules.get(schedule)
         if training is None:

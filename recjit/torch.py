@@ -236,7 +236,7 @@ def _as_tensor(gradient, like, sparse):
         gradient = gradient.to_dense()
     if hasattr(gradient, "__cuda_array_interface__"):  # a device array, read in place
         gradient = torch.as_tensor(gradient, device=like.device)
-    else:  # a host array, without a copy (`torch.as_tensor` took 3 us, this 0.4)
+    else:  # a host array, without a copy or a conversion it does not need
         gradient = torch.from_numpy(np.asarray(gradient))
     gradient = gradient.to(dtype=like.dtype, device=like.device)
     return gradient if gradient.shape == like.shape else gradient.reshape(like.shape)

@@ -8,6 +8,7 @@ their children's stored states (nothing else of the forward is kept) and evaluat
 adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
 fills a row of gradient per node for the host to reduce here, or, where no kernel was
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
+import functools
 import itertools
 import math
 from dataclasses import dataclass
@@ -55,13 +56,19 @@ class Pullback:
         self.context = context  # the names of the context arguments, in order
         self.dtype = np.dtype(cell.dtype)
         self.kept = kept or {}
-        self.roots_listed_once = sorted_unique(linearized.roots).size == linearized.roots.size
         self.layouts = {}  # {per_tree: its `Layout`}
 
     def __reduce__(self):
         raise RecJitError("a pullback cannot be pickled: it holds its forward's arrays and "
                           "compiled kernels, in the process of its vjp; call it there and "
                           "send its Gradients, which pickle")
+
+    @functools.cached_property
+    def roots_listed_once(self):
+        """Whether no root is listed twice among the forest's roots: a root's cotangent is
+        then a row of its own. Found when a call first gives the roots cotangents (a training
+        step's gives its nodes')."""
+        return sorted_unique(self.linearized.roots).size == self.linearized.roots.size
 
     @property
     def gives_device_gradients(self):

@@ -203,9 +203,9 @@ def one_product_per_weight(case, effects, read_by_biases):
     each weight whose gradient is the sum of several outer products of a node's vectors
     (binary TreeLSTM's `U_f`, by each child's h): their vectors go side by side in one row
     a node, a vector each (`GradientRows.vectors`), and the host's one product over all
-    of them is the weight's gradient, where a product a pair and their sum took a call and
-    an add more. Not per child (an edge's row), nor matrices, nor where a bias reads the
-    first vector (`read_by_biases`: (value, per child) pairs)."""
+    of them is the weight's gradient: no product a pair, no sum of the products. Not per
+    child (an edge's row), nor matrices, nor where a bias reads the first vector
+    (`read_by_biases`: (value, per child) pairs)."""
     by_weight = {}
     for index, op in effects:
         if (op.kind == "grad_param_outer" and not op.per_child
@@ -319,8 +319,8 @@ def with_bias_sums(kernel):
     """The backward `kernel` ending with every bias's gradient (each `grad_param` array of a
     row per node, edge or group of leaves) summed over its rows (`GradientSum`), after a
     barrier: the CPU's, whose threads sum them in one pass while the rows are still in their
-    caches, where the host summed each with NumPy after the weights' products. The weights'
-    gradients stay rows, which the host multiplies (`codegen_cpu.calls.weight_gradient`)."""
+    caches. The weights' gradients stay rows, which the host multiplies
+    (`codegen_cpu.calls.weight_gradient`)."""
     return _ending_with(kernel, [bias_sum(rows) for rows in kernel.gradients
                                  if rows.effect == "grad_param"],
                         "each bias's gradient, summed over its rows")

@@ -500,7 +500,7 @@ class RecursiveModel:
         return result, Pullback(cell, adjoints, linearized, states, p,
                                 analysis.usage.context, backward, kept,
                                 parameter_guards(cell, p, linearized.fields, copied,
-                                                 device_guard(backend)))
+                                                 device_guard(backend), backward))
 
     def _training_schedule(self, schedule):
         """The schedule `vjp` runs the forward with: `schedule` (or the model's), its products
@@ -741,9 +741,13 @@ def _remat_line(kept):
         return ("remat: the backward recomputes each node's products from its children's "
                 "states or its fields (Schedule(remat=True), or a refactored or unrolled one)")
     arrays = ", ".join(dict.fromkeys(product.array for product in kept))
+    tables = ", ".join(f"`{table}`" for table in dict.fromkeys(
+        product.gathered[0] for product in kept if product.gathered))
+    gathered = (f", and the rows its leaves gathered from {tables}, so that the backward reads "
+                "no table" if tables else "")
     return (f"remat: the forward keeps each node's products for the backward ({arrays}: a "
-            "row per internal node or edge, or per distinct key of the leaves), which reads them "
-            "instead of recomputing them (Schedule(remat=True) recomputes)")
+            "row per internal node or edge, or per distinct key of the leaves)" + gathered
+            + ", which it reads instead of recomputing them (Schedule(remat=True) recomputes)")
 
 
 def _backward_line(backward, backend):

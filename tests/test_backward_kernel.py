@@ -194,7 +194,8 @@ def test_the_transposed_concatenation_of_two_childrens_matrices_is_stored_a_loop
 def test_the_backward_reads_the_products_the_forward_kept_by_default():
     forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
     _, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
-    assert sorted(pullback.kept) == ["batch_kept_U_f", "batch_kept_U_iou", "leaf_kept_W_iou"]
+    assert sorted(pullback.kept) == ["batch_kept_U_f", "batch_kept_U_iou", "leaf_kept_W_iou",
+                                     "leaf_kept_x_W_iou"]
     internal = pullback.linearized.leaf_begin
     assert pullback.kept["batch_kept_U_iou"].shape == (internal, 3 * HIDDEN)
     words = np.unique(forest.fields["word"][forest.fields["word"] >= 0]).size
@@ -202,6 +203,21 @@ def test_the_backward_reads_the_products_the_forward_kept_by_default():
     source = tree_lstm.kernel_source(grad=True)
     assert "batch_kept_U_iou[node, " in source and "batch_y_U_iou[" not in source
     assert "leaf_kept_W_iou[leaf_slot[slot], " in source and "leaf_y_W_iou[" not in source
+
+
+def test_the_backward_reads_the_rows_its_forward_gathered_not_the_table():
+    """The forward packs a leaf's gathered row for its product once a word; with the products
+    kept, it keeps that pack, and the backward takes no table: nothing to check it against."""
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=VOCAB)
+    _, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0))
+    words = np.unique(forest.fields["word"][forest.fields["word"] >= 0]).size
+    assert pullback.kept["leaf_kept_x_W_iou"].shape == (words, HIDDEN)
+    assert "p_E" in tree_lstm.kernel_source()
+    assert "p_E" not in tree_lstm.kernel_source(grad=True)
+    assert "leaf_kept_x_W_iou[leaf_slot[" in tree_lstm.kernel_source(grad=True)
+    assert not pullback.guards
+    assert "the rows its leaves gathered from `E`, so that the backward reads no table" in \
+        tree_lstm.explain(forest, tree_lstm_params(HIDDEN, VOCAB, "float64", 0), grad=True)
 
 
 @pytest.mark.parametrize("model, make, forest", [

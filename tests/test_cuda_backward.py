@@ -274,15 +274,16 @@ def test_the_gpus_backward_sums_the_leaves_by_word_as_the_cpus(per_tree):
                                              per_tree=per_tree))
 
 
-@pytest.mark.parametrize("name, rows", [("U_iou", slice(None)), ("E", 1)],
-                         ids=["a weight", "a gathered row"])
+@pytest.mark.parametrize("name, rows, schedule", [
+    ("U_iou", slice(None), None), ("E", 1, rj.Schedule(remat=True))],
+    ids=["a weight", "a gathered row the backward recomputes"])
 def test_a_gpu_pullback_after_its_device_parameters_changed_in_place_is_refused_naming_it(
-        name, rows):
+        name, rows, schedule):
     """An optimizer's step on the device between vjp and a pullback would otherwise give a
     gradient mixing the new parameters with the forward's states."""
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 6).to_device()
-    out, pullback = tree_lstm.vjp(forest, p, backend="cuda")
+    out, pullback = tree_lstm.vjp(forest, p, backend="cuda", schedule=schedule)
     roots = cotangents([state.shape for state in out.roots], 5)
     pullback(roots=roots)
     updated = getattr(p, name).copy_to_host()
@@ -292,10 +293,24 @@ def test_a_gpu_pullback_after_its_device_parameters_changed_in_place_is_refused_
         pullback(roots=roots)
 
 
-def test_a_gpu_pullback_takes_a_change_to_device_rows_its_forest_does_not_gather():
+def test_a_gpu_pullback_after_a_gathered_device_row_changed_gives_the_forwards_gradients():
+    """The forward kept the rows it gathered on the device; the backward reads those."""
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64", 7).to_device()
     out, pullback = tree_lstm.vjp(forest, p, backend="cuda")
+    roots = cotangents([state.shape for state in out.roots], 6)
+    before = pullback(roots=roots)
+    table = p.E.copy_to_host()
+    table[:3] += 1
+    p.E.copy_to_device(table)
+    assert_same_gradients(pullback(roots=roots), before, rtol=0, atol=0)
+
+
+def test_a_gpu_pullback_takes_a_change_to_device_rows_its_forest_does_not_gather():
+    """Where the backward recomputes the gathers, only the gathered rows are compared."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 7).to_device()
+    out, pullback = tree_lstm.vjp(forest, p, backend="cuda", schedule=rj.Schedule(remat=True))
     roots = cotangents([state.shape for state in out.roots], 6)
     before = pullback(roots=roots)
     table = p.E.copy_to_host()

@@ -189,13 +189,39 @@ def test_a_pullback_may_be_called_again_and_a_missing_cotangent_is_zero():
     assert not np.asarray(nothing.params.U_iou).any() and not np.asarray(nothing.params.E).any()
 
 
-def test_a_pullback_after_a_gathered_row_changed_in_place_is_refused_naming_the_table():
+def test_a_pullback_after_a_gathered_row_changed_in_place_gives_the_forwards_gradients():
+    """The forward keeps the rows it gathered, and the backward reads those, not the table:
+    an optimizer's in-place step on an embedding before the pullback does not reach them."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    out, pullback = tree_lstm.vjp(forest, p)
+    roots = (np.ones_like(out.roots[0]), None)
+    before = pullback(roots=roots)
+    p.E[:3] += 1
+    assert_same_gradients(pullback(roots=roots), before, rtol=0, atol=0)
+
+
+def test_an_interpreted_pullback_after_a_gathered_row_changed_in_place_is_refused():
+    """The interpreted adjoint reads the table: it compares the rows the forward kept."""
+    forest = rj.Forest.from_nested([((0, 1), 2)])
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64")
+    out, pullback = tree_lstm.vjp(forest, p)
+    p.E[1] += 1
+    with pytest.raises(rj.InputError, match="parameter 'E' changed in place after vjp, in "
+                                            "rows its forest gathers"):
+        pullback.interpreted()(roots=(np.ones_like(out.roots[0]), None))
+
+
+RECOMPUTING = rj.Schedule(remat=True)  # the backward recomputes the gathers from the table
+
+
+def test_a_recomputing_pullback_after_a_gathered_row_changed_in_place_is_refused_naming_it():
     """An optimizer's in-place update between vjp and a pullback would otherwise give a
     gradient mixing the new rows with the forward's states: a gathered table (an embedding,
     perhaps large) is not copied at vjp, its gathered rows are compared."""
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
-    out, pullback = tree_lstm.vjp(forest, p)
+    out, pullback = tree_lstm.vjp(forest, p, schedule=RECOMPUTING)
     p.E[1] += 1
     with pytest.raises(rj.InputError, match="parameter 'E' changed in place after vjp, in "
                                             "rows its forest gathers"):
@@ -208,7 +234,7 @@ def test_a_gathered_tables_rows_are_compared_bit_for_bit_and_only_those_gathered
     forest = rj.Forest.from_nested([((0, 1), 2)])
     p = tree_lstm_params(HIDDEN, VOCAB, "float64")
     p.E[1, 1], p.E[2, 0] = np.nan, 0.0
-    out, pullback = tree_lstm.vjp(forest, p)
+    out, pullback = tree_lstm.vjp(forest, p, schedule=RECOMPUTING)
     h_only = (np.ones_like(out.roots[0]), None)
     p.E[VOCAB - 1] += 1
     pullback(roots=h_only)

@@ -4,8 +4,8 @@ the batches, roots first, to the parameters, the gathered rows, the fields and t
 A node's state cotangent is complete when its batch starts: every parent of a node sits in an
 earlier batch (the batches run from the tallest nodes down), and a DAG node shared by several
 parents has had all of their contributions added. Each batch recomputes its nodes' ops from
-their children's stored states (nothing else of the forward is kept) and evaluates the
-adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
+their children's stored states, or reads the products and gathered rows the forward kept
+(`Schedule(remat=False)`), and evaluates the adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
 fills a row of gradient per node for the host to reduce here, or, where no kernel was
 compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
 import functools
@@ -18,11 +18,11 @@ import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
 from ..frontend.cell_ir import attribute
-from ..linearize import edge_parents, node_trees
-from ..lowering.arguments import LeafGroups, leaf_groups
+from ..linearize import distinct, edge_parents, node_trees
+from ..lowering.arguments import LeafGroups, kernel_parameters, leaf_groups
 from ..lowering.backward import gradient_sums
 from ..lowering.ilir import RowsOf
-from ..params import described, is_weak, on_device as on_gpu_memory, params_on_host
+from ..params import described, is_weak, on_device as on_gpu_memory, params_on_host, to_host
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
 
@@ -78,9 +78,14 @@ class Pullback:
 
     def interpreted(self):
         """This pullback with its adjoint evaluated by NumPy (`interpret.py`), not by the
-        compiled kernel: the same gradients, a check on the kernel, and slower."""
+        compiled kernel: the same gradients, a check on the kernel, and slower. It reads the
+        tables whose gathered rows the kernel read from the forward's (`kept_row_guards`),
+        so it checks them."""
+        guards = self.guards
+        if self.compiled is not None:
+            guards += kept_row_guards(self.compiled, self.kept, self.linearized)
         return Pullback(self.cell, self.adjoints, self.linearized, self.states, self.params,
-                        self.context, guards=self.guards)
+                        self.context, guards=guards)
 
     def __call__(self, roots=None, nodes=None, per_tree=False, check_finite=False,
                  device_output=False):
@@ -475,19 +480,21 @@ def copied_parameters(cell, params):
             if isinstance(getattr(params, name), np.ndarray) and name not in tables}
 
 
-def parameter_guards(cell, params, fields, copied, on_device=None):
+def parameter_guards(cell, params, fields, copied, on_device=None, compiled=None):
     """What a pullback checks before each call: the parameters it reads where they are, all
-    but those `copied` at vjp (`copied_parameters`), as the forward read them. A pullback that read
-    updated ones would mix them with the forward's states: a gradient at no point. Of a host
-    table the cell only gathers from, only the rows its forest gathers are copied and
-    compared (`ForwardValues`); GPU arrays ({name: (array, rows)}) are compared by
-    `on_device`, the GPU backward's guard (`codegen_cuda.snapshot.DeviceValues`), on the
-    device. Each guard's `changed(params)` lists the parameters that differ, and whether
-    only their gathered rows were compared."""
+    but those `copied` at vjp (`copied_parameters`) and those the `compiled` backward kernel
+    does not read (a table whose gathered rows its forward kept), as the forward read them. A
+    pullback that read updated ones would mix them with the forward's states: a gradient at
+    no point. Of a host table the cell only gathers from, only the rows its forest gathers
+    are copied and compared (`ForwardValues`); GPU arrays ({name: (array, rows)}) are
+    compared by `on_device`, the GPU backward's guard (`codegen_cuda.snapshot.DeviceValues`),
+    on the device. Each guard's `changed(params)` lists the parameters that differ, and
+    whether only their gathered rows were compared."""
     tables = only_gathered_tables(cell)
+    read = parameters_read(compiled, cell.parameters)
     guards, on_gpu = [], {}
     for name in cell.parameters:
-        if name in copied:
+        if name in copied or name not in read:
             continue
         value = getattr(params, name)
         on_host = isinstance(value, np.ndarray)
@@ -499,7 +506,7 @@ def parameter_guards(cell, params, fields, copied, on_device=None):
                                       if table == name])
             rows = sorted_unique(indices[indices >= 0])
         if on_host:
-            guards.append(ForwardValues(name, value, rows))
+            guards.append(ForwardValues.taken(name, value, rows))
         else:
             on_gpu[name] = (value, rows)
     if on_gpu:
@@ -507,19 +514,54 @@ def parameter_guards(cell, params, fields, copied, on_device=None):
     return tuple(guards)
 
 
-class ForwardValues:
-    """The rows `rows` of a host table as the forward read them, bit for bit."""
+def parameters_read(compiled, names):
+    """Those of the parameters `names` that a backward reads: the arguments of the `compiled`
+    kernel (`lowering.backward`), or, without one, all, which the interpreted adjoint reads."""
+    if compiled is None:
+        return set(names)
+    return {attribute for _, attribute in kernel_parameters(compiled.kernel)}
 
-    def __init__(self, name, values, rows):
-        self.name, self.rows, self.shape = name, rows, values.shape
-        self.kept = as_rows(_bits(values.take(rows, axis=0)))
+
+def kept_row_guards(compiled, kept, linearized):
+    """`ForwardValues` of each table that the `compiled` backward kernel does not read, from
+    the rows of it that the forward `kept` for it (a `KeptProduct` of a gathered row, a
+    leaf's or a distinct key's): what the interpreted adjoint, which reads the table,
+    checks."""
+    guards, read = [], parameters_read(compiled, ())
+    for product in compiled.kernel.kept:
+        if product.gathered is None or product.gathered[0] in read:
+            continue
+        table, field = product.gathered
+        keys = np.asarray(linearized.fields[field][linearized.leaf_begin:], dtype=np.int64)
+        if product.rows is RowsOf.DISTINCT_LEAVES:
+            keys = keys[distinct(keys)[0]]
+        rows = to_host(kept[product.array])
+        rows = rows.reshape(-1, product.stride, rows.shape[1])[
+            :, product.row:product.row + product.columns]
+        rows = rows[:, 0] if product.columns == 1 else rows.transpose(0, 2, 1)
+        guards.append(ForwardValues(table, keys, as_rows(_bits(rows))))
+    return tuple(guards)
+
+
+class ForwardValues:
+    """The rows `rows` of a host table as the forward read them, bit for bit (`kept`, a
+    flattened row each)."""
+
+    def __init__(self, name, rows, kept):
+        self.name, self.rows, self.kept = name, rows, kept
+
+    @classmethod
+    def taken(cls, name, values, rows):
+        """The rows `rows` of table `values`, copied now."""
+        return cls(name, rows, as_rows(_bits(values.take(rows, axis=0))))
 
     def changed(self, params):
         """[(its name, True: only gathered rows were compared)] if they changed since its
-        forward, else []."""
-        table = getattr(params, self.name)
-        if table.shape == self.shape and not rows_differ(as_rows(_bits(table)), self.rows,
-                                                         self.kept):
+        forward (a table whose rows changed shape did), else []."""
+        table = getattr(params_on_host(params, (self.name,)), self.name)
+        if table.ndim and table.size // max(table.shape[0], 1) == self.kept.shape[1] and (
+                self.rows.size == 0 or self.rows.max() < table.shape[0]) and not rows_differ(
+                    as_rows(_bits(table)), self.rows, self.kept):
             return []
         return [(self.name, True)]
 

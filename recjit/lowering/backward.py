@@ -34,11 +34,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..frontend.cell_ir import EACH, label
+from ..frontend.cell_ir import EACH, attribute, label
 from ..linearize import distinct, edge_parents
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Comment, Const,
                    GradientRows, GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store,
-                   Var, add, mul)
+                   Var, add, mul, nodes)
 from .lower import (SCALARS, STRUCTURE, PassLowering, cotangent_name, field_name, param_name,
                     state_name, transposed_views)
 from .lower import distinct_key as key_of_leaves
@@ -403,7 +403,7 @@ def lower_backward(cell, adjoints, row_block, wanted=None, shared_children=False
         leaf_body = leaf_allocations + leaves_gathered + leaf_statements
     else:
         leaf_body, leaf_gradients = _grouped_leaves(cell, leaf_pass, grouped, group_key,
-                                                    row_block, gradient_columns)
+                                                    row_block, gradient_columns, kept)
         leaf_body = leaves_gathered + leaf_body
     body = ([Let("num_leaves", BinOp("-", Var("num_nodes"), Var("leaf_begin"))),
              Comment("the batches of internal nodes, roots first")] + allocations
@@ -468,12 +468,13 @@ def leaf_group_values(case, key):
     return tuple(roots)
 
 
-def _grouped_leaves(cell, leaf_pass, values, key, row_block, gradient_columns):
+def _grouped_leaves(cell, leaf_pass, values, key, row_block, gradient_columns, kept=()):
     """(statements, `GradientRows`) of the leaf pass in three (`leaf_group_values`): each
     leaf's `values` into rows of their own (`leaf_v…`, by `leaf_pass`); each group of leaves
     sharing `key` (`group_ptr`, `group_leaves`) summed into a row of each (`group_v…`, or the
     rows of an effect that stores the value itself: a weight gradient's vector); the effects
-    once a group, from the sums, at its first leaf, whose key the group's leaves share."""
+    once a group, from the sums, at its first leaf, whose key the group's leaves share, and
+    whose `kept` products (a gathered row) are the group's."""
     case = leaf_pass.case
     group, element = Var("slot"), Var("e")
     outputs, gradients = effect_outputs(case, "group_", RowsOf.LEAF_GROUPS, group,
@@ -506,9 +507,11 @@ def _grouped_leaves(cell, leaf_pass, values, key, row_block, gradient_columns):
                    LoopRole.GROUP_LEAVES)
     summing = Loop("slot", Const(0), Var("num_leaf_groups"), (*zeros, members), LoopRole.NODES)
     first_leaf = Load("group_leaves", (Load("group_ptr", (group,)),))
+    _, first_leaf_kept = _kept_places(kept, (RowsOf.INTERNAL, RowsOf.EDGES), first_leaf)
     group_pass = PassLowering(cell, case, "group_", Var("num_leaf_groups"),
                               add(Var("leaf_begin"), first_leaf), Var("num_leaf_groups"),
-                              {value: (sums[value], 1, 0, group, 1) for value in values},
+                              {**first_leaf_kept,
+                               **{value: (sums[value], 1, 0, group, 1) for value in values}},
                               row_block, shared_segments=True, operands_in_place=True)
     group_allocations, group_statements = group_pass.lower(outputs)
     names = ", ".join(f"v{value}" for value in values)
@@ -521,19 +524,17 @@ def _grouped_leaves(cell, leaf_pass, values, key, row_block, gradient_columns):
     return body, gradients
 
 
-# Where a backward pass reads a kept product's row: the node's, the edge's, the leaf's, or
-# the leaf's distinct key's.
-KEPT_ROW = {RowsOf.INTERNAL: Var("node"), RowsOf.EDGES: Var("edge"), RowsOf.LEAVES: Var("slot"),
-            RowsOf.DISTINCT_LEAVES: Load("leaf_slot", (Var("slot"),))}
-
-
-def _kept_places(kept, internal_rows):
+def _kept_places(kept, internal_rows, leaf=None):
     """({value: its place} of the internal case's kept products, the same of the leaf
-    case's), in the form `PassLowering`'s available values take."""
+    case's), in the form `PassLowering`'s available values take: a row of the node's, the
+    edge's, leaf `leaf`'s (None: the pass's slot), or that leaf's distinct key's."""
+    leaf = Var("slot") if leaf is None else leaf
+    row_of = {RowsOf.INTERNAL: Var("node"), RowsOf.EDGES: Var("edge"), RowsOf.LEAVES: leaf,
+              RowsOf.DISTINCT_LEAVES: Load("leaf_slot", (leaf,))}
     places = ({}, {})
     for product in kept:
         places[product.rows not in internal_rows][product.value] = (
-            product.array, product.stride, product.row, KEPT_ROW[product.rows],
+            product.array, product.stride, product.row, row_of[product.rows],
             product.columns)
     return places
 
@@ -556,17 +557,34 @@ def _from_parents(cell, count, node_of_slot):
             Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
 
 
+def _tables_unread(adjoints, body):
+    """The tables the adjoint cases only gather rows from whose rows `body` never loads: the
+    forward kept every row it gathered from them (`PassLowering.keeps_gathered_rows`), and
+    the backward reads those. Not arguments of the kernel, so that a pullback need not
+    check them (`autodiff.pullback.parameter_guards`)."""
+    gathered, whole = set(), set()
+    for case in adjoints.values():
+        for op in case.ops:
+            if op.kind == "gather":
+                gathered.add(op.attrs[0])
+            elif op.kind == "param":
+                whole.add(attribute(op.attrs[0]))
+    loaded = {load.array for load in nodes(body, Load)}
+    return {table for table in gathered - whole if param_name(table) not in loaded}
+
+
 def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, distinct_key,
                      group_key):
     components = range(len(cell.state_shapes))
     distinct = any(product.rows is RowsOf.DISTINCT_LEAVES for product in kept)
+    unread = _tables_unread(adjoints, body)
     structure = (STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
                  + (("leaf_slot",) if distinct else ())
                  + (("group_ptr", "group_leaves") if group_key else ()))
     roles = (tuple(Argument(name, ArgumentRole.STRUCTURE) for name in structure)
              + tuple(Argument(field_name(f), ArgumentRole.FIELD, f) for f in sorted(cell.fields))
              + tuple(Argument(param_name(p), ArgumentRole.PARAMETER, p)
-                     for p in sorted(cell.parameters))
+                     for p in sorted(cell.parameters) if p not in unread)
              + tuple(Argument(state_name(c), ArgumentRole.STATE) for c in components)
              + tuple(Argument(cotangent_name(c), ArgumentRole.COTANGENT) for c in components)
              + tuple(Argument(edge_cotangent_name(c), ArgumentRole.EDGE_COTANGENT)

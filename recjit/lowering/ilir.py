@@ -275,7 +275,8 @@ class KeptProduct:
     of `array`, one per internal node (`rows` INTERNAL, row = node · stride + row), per edge
     from one (EDGES), per leaf (LEAVES) or per distinct key of the leaves (DISTINCT_LEAVES),
     `width` columns (`columns` > 1: the value is a matrix of that many columns, a packed row
-    each, as its product wrote it)."""
+    each, as its product wrote it). `gathered`: (table, field) where the value is not a
+    product but a product's operand, a row of `table` gathered by `field`, as it was packed."""
 
     value: int
     array: str
@@ -284,6 +285,7 @@ class KeptProduct:
     row: int
     columns: int
     width: int
+    gathered: tuple = None
 
 
 @dataclass(frozen=True)

@@ -634,7 +634,17 @@ class PassLowering:
             widths = [self.case.ops[value].shape[1:] or (1,) for value, _ in uses]
             stride = sum(width[0] for width in widths)
             capacity = self.edge_capacity if per_child else self.capacity
-            allocations.append(Alloc(x, (mul(capacity, stride), Const(inner))))
+            if not per_child and self.keeps_gathered_rows(uses):
+                x = f"{self.prefix}kept_x{suffix}_{label(weight)}"
+                row = 0
+                for (_, operand), (columns,) in zip(uses, widths):
+                    if self.case.ops[operand].kind == "gather":
+                        self.kept.append(KeptProduct(operand, x, self.keep, stride, row,
+                                                     columns, inner,
+                                                     self.case.ops[operand].attrs))
+                    row += columns
+            else:
+                allocations.append(Alloc(x, (mul(capacity, stride), Const(inner))))
             y, y_row, y_slot = self.product_rows(
                 y, suffix, weight, [(product, columns) for (product, _), (columns,)
                                     in zip(uses, widths)], rows, per_child, allocations)
@@ -670,6 +680,14 @@ class PassLowering:
             return allocations, products
         return allocations, [self.product_loop(node_packs),
                              Barrier("the products read the packed inputs")] + products
+
+    def keeps_gathered_rows(self, uses):
+        """Whether the packed operands of a leaf pass's products, `uses`, are kept for the
+        backward (`keep`) as the forward packed them: where one is a table's row gathered by
+        a field (`p.E[node.word]`), the backward reads the rows the forward read there, never
+        the table, which a training loop may update before the pullback."""
+        return self.keep in (RowsOf.LEAVES, RowsOf.DISTINCT_LEAVES) and any(
+            self.case.ops[operand].kind == "gather" for _, operand in uses)
 
     def product_in_place(self, in_place, weight, value, y, suffix, rows, allocations):
         """The product of `weight` with vectors read where they lie (`rows_in_place`)."""

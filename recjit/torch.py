@@ -12,6 +12,7 @@ through `__cuda_array_interface__`; the states come back as tensors on that devi
 the host, and the dense parameters' gradients stay on the device where the compiled backward
 sums them there (`pullback(device_output=True)`). A second derivative, which the pullback
 does not have, is refused."""
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,6 +53,8 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
                          f"{type(params).__name__}")
     names = sorted(params)
     sparse = _checked_sparse(sparse, names)
+    for name in sparse:
+        _keep_rows_coalesced(params[name])
     fields = dict(fields or {})
     inputs = ([("parameter", name, params[name]) for name in names]
               + [("field", name, fields[name]) for name in sorted(fields)]
@@ -69,6 +72,38 @@ def _check_backend(backend):
     if backend not in (None, "cpu", "cuda"):
         raise RecJitError(f"recjit.torch computes with backend='cpu' or backend='cuda', not "
                           f"backend={backend!r}")
+
+
+_COALESCING = {}  # id: a weak reference, of each tensor `_keep_rows_coalesced` hooked
+
+
+def _keep_rows_coalesced(tensor):
+    """Once for a leaf tensor whose gradient recjit gives sparse: a hook after its gradient is
+    accumulated (`_coalesced_rows`). The tensors are known by id while they live (a tensor
+    compares elementwise, so no weak set holds them)."""
+    if not isinstance(tensor, torch.Tensor) or not (tensor.is_leaf and tensor.requires_grad):
+        return
+    known = _COALESCING.get(id(tensor))
+    if known is not None and known() is tensor:
+        return
+    tensor.register_post_accumulate_grad_hook(_coalesced_rows)
+    key = id(tensor)
+    _COALESCING[key] = weakref.ref(tensor, lambda _: _COALESCING.pop(key, None))
+
+
+def _coalesced_rows(tensor):
+    """Mark `tensor.grad` coalesced where it is: a sparse gradient of rows whose indices
+    strictly increase, as the rows recjit gives are. PyTorch's gradient accumulation hands
+    such a gradient on unmarked, and an optimizer then sorts it again: sparse Adagrad's
+    `coalesce` took 0.13 ms of an SST training step (X=300, 287 rows)."""
+    grad = tensor.grad
+    if grad is None or not grad.is_sparse or grad.is_coalesced() or grad.sparse_dim() != 1:
+        return
+    rows = grad._indices()[0]
+    if rows.numel() > 1 and not bool((rows[1:] > rows[:-1]).all()):
+        return  # rows listed twice, or out of order: a sum with another sparse gradient
+    tensor.grad = torch.sparse_coo_tensor(grad._indices(), grad._values(), grad.shape,
+                                          is_coalesced=True, check_invariants=False)
 
 
 def _checked_sparse(sparse, names):

@@ -65,6 +65,38 @@ def test_a_gathered_tables_gradient_is_sparse_when_asked_and_dense_otherwise():
                                rtol=1e-12)
 
 
+def test_a_sparse_gradient_reaches_its_tensor_marked_coalesced():
+    """Its rows are unique and sorted; PyTorch's accumulation would hand it on unmarked, and
+    an optimizer would sort it again."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    layer = module(sparse=("E",))
+    for _ in range(2):  # one hook a tensor, however many calls
+        layer.zero_grad()
+        layer(forest).roots[0].sum().backward()
+        assert layer.E.grad.is_coalesced()
+    assert len(layer.E._post_accumulate_grad_hooks) == 1
+    dense = module()
+    dense(forest).roots[0].sum().backward()
+    np.testing.assert_allclose(layer.E.grad.to_dense().numpy(), dense.E.grad.numpy(),
+                               rtol=1e-12)
+
+
+def test_a_sparse_gradient_summed_with_another_is_left_as_pytorch_sums_it():
+    """A table also read by an `nn.Embedding(sparse=True)` lookup gets the two gradients'
+    rows side by side, a row listed twice: not coalesced, and not marked so."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    layer = module(sparse=("E",))
+    words = torch.from_numpy(forest.fields["word"][forest.fields["word"] >= 0])
+    lookup = torch.nn.functional.embedding(words, layer.E, sparse=True)
+    (layer(forest).roots[0].sum() + lookup.sum()).backward()
+    dense = module()
+    (dense(forest).roots[0].sum()
+     + torch.nn.functional.embedding(words, dense.E).sum()).backward()
+    assert not layer.E.grad.is_coalesced()
+    np.testing.assert_allclose(layer.E.grad.to_dense().numpy(), dense.E.grad.numpy(),
+                               rtol=1e-12)
+
+
 def test_one_sparse_table_may_be_named_by_a_string():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
     layer = module(sparse="E")

@@ -212,6 +212,30 @@ def test_an_interpreted_pullback_after_a_gathered_row_changed_in_place_is_refuse
         pullback.interpreted()(roots=(np.ones_like(out.roots[0]), None))
 
 
+@rj.recursive_model(arity=2)
+def matrix_leaves(node, p):
+    """A leaf's product multiplies a matrix gathered by its word: kept a column a row."""
+    if node.is_leaf:
+        return rj.tanh((p.W @ p.M[node.word]) @ p.v)
+    return rj.tanh(p.U @ (matrix_leaves(node.left, p) + matrix_leaves(node.right, p)))
+
+
+def test_a_gathered_matrix_is_kept_as_its_forward_read_it():
+    """The compiled pullback reads the matrices the forward packed; the interpreted one
+    compares the table with them, so it passes unchanged and refuses a change."""
+    rng = np.random.default_rng(11)
+    p = rj.Params(W=rng.normal(size=(HIDDEN, HIDDEN)), M=rng.normal(size=(VOCAB, HIDDEN, 4)),
+                  v=rng.normal(size=4), U=rng.normal(size=(HIDDEN, HIDDEN)))
+    out, pullback = matrix_leaves.vjp(rj.Forest.from_nested([((0, 1), (2, 0)), (3, 4)]), p)
+    roots = np.ones_like(out.roots[0])
+    before = pullback(roots=roots)
+    assert_same_gradients(pullback.interpreted()(roots=roots), before)
+    p.M[1] += 1
+    assert_same_gradients(pullback(roots=roots), before, rtol=0, atol=0)
+    with pytest.raises(rj.InputError, match="parameter 'M' changed in place after vjp"):
+        pullback.interpreted()(roots=roots)
+
+
 RECOMPUTING = rj.Schedule(remat=True)  # the backward recomputes the gathers from the table
 
 

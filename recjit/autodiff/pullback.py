@@ -5,9 +5,10 @@ A node's state cotangent is complete when its batch starts: every parent of a no
 earlier batch (the batches run from the tallest nodes down), and a DAG node shared by several
 parents has had all of their contributions added. Each batch recomputes its nodes' ops from
 their children's stored states, or reads the products and gathered rows the forward kept
-(`Schedule(remat=False)`), and evaluates the adjoint case (`adjoint.py`): in the compiled backward kernel (`lowering.backward`), which
-fills a row of gradient per node for the host to reduce here, or, where no kernel was
-compiled, with NumPy, all the batch's nodes at once (`interpret.py`)."""
+(`Schedule(remat=False)`), and evaluates the adjoint case (`adjoint.py`): in the compiled
+backward kernel (`lowering.backward`), which fills a row of gradient per node for the host to
+reduce here, or, where no kernel was compiled, with NumPy, all the batch's nodes at once
+(`interpret.py`)."""
 import functools
 import itertools
 import math
@@ -559,9 +560,9 @@ class ForwardValues:
         """[(its name, True: only gathered rows were compared)] if they changed since its
         forward (a table whose rows changed shape did), else []."""
         table = getattr(params_on_host(params, (self.name,)), self.name)
-        if table.ndim and table.size // max(table.shape[0], 1) == self.kept.shape[1] and (
-                self.rows.size == 0 or self.rows.max() < table.shape[0]) and not rows_differ(
-                    as_rows(_bits(table)), self.rows, self.kept):
+        fits = (table.ndim > 0 and table.size == table.shape[0] * self.kept.shape[1]
+                and (self.rows.size == 0 or self.rows.max() < table.shape[0]))
+        if fits and not rows_differ(as_rows(_bits(table)), self.rows, self.kept):
             return []
         return [(self.name, True)]
 

@@ -83,11 +83,11 @@ def _keep_rows_coalesced(tensor):
     compares elementwise, so no weak set holds them)."""
     if not isinstance(tensor, torch.Tensor) or not (tensor.is_leaf and tensor.requires_grad):
         return
-    known = _COALESCING.get(id(tensor))
+    key = id(tensor)
+    known = _COALESCING.get(key)
     if known is not None and known() is tensor:
         return
     tensor.register_post_accumulate_grad_hook(_coalesced_rows)
-    key = id(tensor)
     _COALESCING[key] = weakref.ref(tensor, lambda _: _COALESCING.pop(key, None))
 
 

@@ -18,10 +18,9 @@ import numba
 import numpy as np
 
 from ..errors import InputError, RecJitError, checked_flag
-from ..frontend.cell_ir import attribute
-from ..linearize import distinct, edge_parents, node_trees
+from ..linearize import edge_parents, node_trees
 from ..lowering.arguments import LeafGroups, kernel_parameters, leaf_groups
-from ..lowering.backward import gradient_sums
+from ..lowering.backward import gathered_rows, gradient_sums
 from ..lowering.ilir import RowsOf
 from ..params import described, is_weak, on_device as on_gpu_memory, params_on_host, to_host
 from .gradients import Gradients, RowGrad
@@ -409,7 +408,7 @@ class Sink:
         return gradient[self.linearized.new_of_old]
 
     def gradients(self, context):
-        tables = only_gathered_tables(self.cell)
+        tables = self.cell.only_gathered()
         arguments = {name: self.parameter(name, shape, name in tables)
                      for name, shape in self.cell.parameters.items()}
         fields = {name: self.field_by_node(name)
@@ -461,14 +460,6 @@ class Sink:
         return total
 
 
-def only_gathered_tables(cell):
-    """The parameters the cell reads only by gathering rows (`p.E[node.word]`), never
-    whole: their gradient is a `RowGrad`."""
-    multiplied = {attribute(op.attrs[0]) for case in cell.cases for op in case.ops
-                  if op.kind == "param"}
-    return {table for _, table, _ in cell.gathers} - multiplied
-
-
 def copied_parameters(cell, params):
     """The parameters (and context arrays, which the kernels read as parameters) that a
     vjp copies for its pullback to read: every host array but a table the cell only gathers
@@ -476,7 +467,7 @@ def copied_parameters(cell, params):
     second pullback of one vjp, or two vjps before their pullbacks); the pullback still
     reads the forward's values, with no comparison per call. A gathered table may be large
     (an embedding): its rows are compared instead (`parameter_guards`)."""
-    tables = only_gathered_tables(cell)
+    tables = cell.only_gathered()
     return {name for name in cell.parameters
             if isinstance(getattr(params, name), np.ndarray) and name not in tables}
 
@@ -491,7 +482,7 @@ def parameter_guards(cell, params, fields, copied, on_device=None, compiled=None
     compared by `on_device`, the GPU backward's guard (`codegen_cuda.snapshot.DeviceValues`),
     on the device. Each guard's `changed(params)` lists the parameters that differ, and
     whether only their gathered rows were compared."""
-    tables = only_gathered_tables(cell)
+    tables = cell.only_gathered()
     read = parameters_read(compiled, cell.parameters)
     guards, on_gpu = [], {}
     for name in cell.parameters:
@@ -532,15 +523,8 @@ def kept_row_guards(compiled, kept, linearized):
     for product in compiled.kernel.kept:
         if product.gathered is None or product.gathered[0] in read:
             continue
-        table, field = product.gathered
-        keys = np.asarray(linearized.fields[field][linearized.leaf_begin:], dtype=np.int64)
-        if product.rows is RowsOf.DISTINCT_LEAVES:
-            keys = keys[distinct(keys)[0]]
-        rows = to_host(kept[product.array])
-        rows = rows.reshape(-1, product.stride, rows.shape[1])[
-            :, product.row:product.row + product.columns]
-        rows = rows[:, 0] if product.columns == 1 else rows.transpose(0, 2, 1)
-        guards.append(ForwardValues(table, keys, as_rows(_bits(rows))))
+        rows, values = gathered_rows(product, to_host(kept[product.array]), linearized)
+        guards.append(ForwardValues(product.gathered[0], rows, as_rows(_bits(values))))
     return tuple(guards)
 
 

@@ -99,5 +99,12 @@ class CellIR:
     def case(self, name):
         return next(case for case in self.cases if case.name == name)
 
+    def only_gathered(self):
+        """The parameters the cell reads only by gathering rows (`p.E[node.word]`), never
+        whole: their gradient is a `RowGrad`."""
+        whole = {attribute(op.attrs[0]) for case in self.cases for op in case.ops
+                 if op.kind == "param"}
+        return {table for _, table, _ in self.gathers} - whole
+
     def __str__(self):
         return "\n".join(str(case) for case in self.cases)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..frontend.cell_ir import EACH, attribute, label
+from ..frontend.cell_ir import EACH, label
 from ..linearize import distinct, edge_parents
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Comment, Const,
                    GradientRows, GradientSum, Kernel, Let, Load, Loop, LoopRole, RowsOf, Store,
@@ -280,6 +280,20 @@ def kept_for_copies(kept, arrays, original, linearized, node_of, distinct_key=No
             copied[product.array] = rows.reshape(-1, product.stride, rows.shape[1])[
                 entity_of[product.rows]].reshape(-1, rows.shape[1])
     return copied
+
+
+def gathered_rows(product, array, linearized):
+    """(the table's rows, their values as the forward gathered them, one per row) of
+    `KeptProduct` `product` of a gathered row (`gathered`), kept in `array` (a forward's
+    run on `linearized`): a leaf's row, or a distinct key's, unpacked as its product packed
+    it (a matrix a column a packed row)."""
+    _, field = product.gathered
+    rows = np.asarray(linearized.fields[field][linearized.leaf_begin:], dtype=np.int64)
+    if product.rows is RowsOf.DISTINCT_LEAVES:
+        rows = rows[distinct(rows)[0]]
+    values = array.reshape(-1, product.stride, array.shape[1])[
+        :, product.row:product.row + product.columns]
+    return rows, values[:, 0] if product.columns == 1 else values.transpose(0, 2, 1)
 
 
 def gradient_shapes(kernel, linearized, groups=None):
@@ -557,27 +571,20 @@ def _from_parents(cell, count, node_of_slot):
             Barrier("the pass reads its nodes' cotangents, gathered from their parents")]
 
 
-def _tables_unread(adjoints, body):
-    """The tables the adjoint cases only gather rows from whose rows `body` never loads: the
-    forward kept every row it gathered from them (`PassLowering.keeps_gathered_rows`), and
-    the backward reads those. Not arguments of the kernel, so that a pullback need not
-    check them (`autodiff.pullback.parameter_guards`)."""
-    gathered, whole = set(), set()
-    for case in adjoints.values():
-        for op in case.ops:
-            if op.kind == "gather":
-                gathered.add(op.attrs[0])
-            elif op.kind == "param":
-                whole.add(attribute(op.attrs[0]))
+def _tables_unread(cell, body):
+    """The tables the cell only gathers rows from whose rows `body` never loads: the forward
+    kept every row it gathered from them (`PassLowering.keeps_gathered_rows`), and the
+    backward reads those. Not arguments of the kernel, so that a pullback need not check
+    them (`autodiff.pullback.parameter_guards`)."""
     loaded = {load.array for load in nodes(body, Load)}
-    return {table for table in gathered - whole if param_name(table) not in loaded}
+    return {table for table in cell.only_gathered() if param_name(table) not in loaded}
 
 
 def _backward_kernel(cell, adjoints, body, gradients, shared_children, kept, distinct_key,
                      group_key):
     components = range(len(cell.state_shapes))
     distinct = any(product.rows is RowsOf.DISTINCT_LEAVES for product in kept)
-    unread = _tables_unread(adjoints, body)
+    unread = _tables_unread(cell, body)
     structure = (STRUCTURE + (("parent_ptr", "parent_edge") if shared_children else ())
                  + (("leaf_slot",) if distinct else ())
                  + (("group_ptr", "group_leaves") if group_key else ()))

@@ -13,6 +13,7 @@ import recjit as rj
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from recjit.codegen_cpu import calls, runtime
@@ -277,6 +278,34 @@ def test_a_child_sum_backward_runs_each_childs_part_after_the_nodes_child_by_chi
     assert not edge_loops_holding_element_loops(backward.kernel.body)
     assert edge_loops_holding_element_loops(backward.planned.body)
     assert "vals_v" in backward.source
+    got = pullback(roots=roots, nodes=nodes)
+    expected = pullback.interpreted()(roots=roots, nodes=nodes)
+    for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f"):
+        np.testing.assert_allclose(getattr(got.params, name), getattr(expected.params, name),
+                                   rtol=1e-10, atol=1e-12, err_msg=name)
+
+
+def test_the_adjoint_reads_a_value_its_case_computes_rather_than_computing_it_again():
+    """A TreeGRU's `1 - z` is also the slope of its sigmoid, `1 - y`: one op, the case's."""
+    p = tree_gru_params(HIDDEN, VOCAB, "float64", 3)
+    pullback, _, _ = pullback_and_cotangents(tree_gru, CHILD_SUM_FOREST, p, 3)
+    for adjoint in pullback.adjoints.values():
+        keys = [(op.kind, op.args, op.attrs, op.shape) for op in adjoint.ops]
+        seen = set(keys[:adjoint.forward])
+        for key in keys[adjoint.forward:]:
+            if not key[0].startswith("grad_"):
+                assert key not in seen, key
+                seen.add(key)
+
+
+def test_a_split_values_cotangent_is_each_parts_own_with_no_zeros_added():
+    """The adjoint of `rj.split` pads each part's cotangent with zeros: the backward stores
+    each part where it belongs, not its sum with the other parts' zeros."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    pullback, roots, nodes = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p,
+                                                     3)
+    assert "real(0.0) +" not in pullback.compiled.source
+    assert "+ real(0.0)" not in pullback.compiled.source
     got = pullback(roots=roots, nodes=nodes)
     expected = pullback.interpreted()(roots=roots, nodes=nodes)
     for name in ("W_iou", "U_iou", "U_f", "b_iou", "b_f"):

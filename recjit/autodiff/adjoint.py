@@ -76,7 +76,10 @@ class _Adjoint:
         self.case = case
         self.source_name = source_name
         self.ops = list(case.ops)
-        self.memo = {}
+        # an op the case computes already is read, not emitted again (a GRU's `1 - z` is its
+        # sigmoid's slope `1 - y` too)
+        self.memo = {(op.kind, op.args, op.attrs, op.shape): index
+                     for index, op in reversed(list(enumerate(case.ops)))}
         self.cotangents = {}  # forward value → the op holding its summed cotangent
 
     # building ops -------------------------------------------------------------------------

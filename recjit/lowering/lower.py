@@ -140,8 +140,13 @@ class ElementEmitter:
             argument = self.element(op.args[0], index, position)
             return Call(op.attrs[0], (argument,))
         if kind == "binary":
-            left, right = (self.element(a, index, position) for a in op.args)
             function = op.attrs[0]
+            first, second = op.args
+            if function == "add" and padded_zero(self.ops, first, position):
+                return self.element(second, index, position)
+            if function in ("add", "sub") and padded_zero(self.ops, second, position):
+                return self.element(first, index, position)
+            left, right = (self.element(a, index, position) for a in op.args)
             if function in BINARY_SYMBOLS:
                 return BinOp(BINARY_SYMBOLS[function], left, right)
             return Call(function, (left, right))
@@ -226,6 +231,20 @@ def _pad(emitter, value, op, index, position):
     if not start <= position < stop:
         return Const(0.0)
     return emitter.element(op.args[0], add(index, -start), position - start)
+
+
+def padded_zero(ops, value, position):
+    """Whether element `position` of `value` is a zero that an adjoint's `pad` put outside its
+    rows (or a sum of such zeros): the cotangent of one part of a split or concatenation,
+    summed with the others', adds nothing there, and its sum is the other operand, not
+    `x + 0.0`. The segments split at a pad's rows, so this holds for the whole segment."""
+    op = ops[value]
+    if op.kind == "pad":
+        start, stop = (bound * _row_size(op) for bound in op.attrs)
+        return not start <= position < stop
+    if op.kind == "binary" and op.attrs[0] == "add":
+        return all(padded_zero(ops, argument, position) for argument in op.args)
+    return False
 
 
 def _sum(emitter, value, op, index, position):

@@ -54,6 +54,7 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     names = sorted(params)
     sparse = _checked_sparse(sparse, names)
     for name in sparse:
+        _check_not_a_view(name, params[name])
         _keep_rows_coalesced(params[name])
     fields = dict(fields or {})
     inputs = ([("parameter", name, params[name]) for name in names]
@@ -117,6 +118,18 @@ def _checked_sparse(sparse, names):
             raise InputError(f"sparse names {name!r}, which is not among the parameters "
                              f"passed: {', '.join(names)}")
     return sparse
+
+
+def _check_not_a_view(name, table):
+    """Refuse a table named in `sparse` that is a differentiable view of another tensor (a
+    slice, `.view`, `.t()`): PyTorch cannot send a sparse gradient back through a view's
+    backward, and would fail inside `backward()`, far from the call (as
+    `nn.Embedding(sparse=True)` over such a view does)."""
+    if isinstance(table, torch.Tensor) and table.grad_fn is not None and table._is_view():
+        raise InputError(f"sparse names {name!r}, a view of another tensor "
+                         f"({type(table.grad_fn).__name__}): PyTorch cannot pass a sparse "
+                         f"gradient back through a view; pass the table itself, or leave "
+                         f"{name!r} out of sparse for a dense gradient")
 
 
 def _device_of(inputs, backend):

@@ -123,6 +123,36 @@ def test_a_sparse_name_of_a_multiplied_parameter_is_refused_naming_it():
         out.roots[0].sum().backward()
 
 
+@pytest.mark.parametrize("view", [lambda table: torch.cat([table, table], dim=1)[:, ::2],
+                                  lambda table: torch.cat([table, table])[:VOCAB],
+                                  lambda table: table.view(table.shape),
+                                  lambda table: table.t().t()],
+                         ids=["columns", "rows", "view", "transposed twice"])
+def test_a_sparse_table_that_is_a_view_of_another_tensor_is_refused_at_the_call(view):
+    """PyTorch's backward of a view takes no sparse gradient: refused before the forward
+    runs, naming the table, where `backward()` would fail inside PyTorch."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    params = dict(module().named_parameters())
+    params["E"] = view(params["E"])
+    with pytest.raises(rj.InputError, match="sparse names 'E', a view of another tensor"):
+        rj.torch.apply(child_sum_tree_lstm, forest, params, sparse="E")
+
+
+def test_a_dense_gradient_reaches_a_table_through_a_view():
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    params = dict(module().named_parameters())
+    wide = torch.zeros(VOCAB, 2 * HIDDEN, dtype=torch.float64)
+    wide[:, ::2] = params["E"].detach()
+    wide.requires_grad_()
+    params["E"] = wide[:, ::2]
+    rj.torch.apply(child_sum_tree_lstm, forest, params).roots[0].sum().backward()
+    expected = module()
+    expected(forest).roots[0].sum().backward()
+    np.testing.assert_allclose(wide.grad[:, ::2].numpy(), expected.E.grad.numpy(),
+                               rtol=1e-12, atol=1e-12)
+    assert not wide.grad[:, 1::2].any()
+
+
 def test_a_backward_after_an_in_place_update_is_refused_naming_the_parameter():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
     layer = module()

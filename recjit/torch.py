@@ -22,6 +22,7 @@ import torch
 from .autodiff.gradients import RowGrad
 from .errors import InputError, RecJitError
 from .linearize import Forest
+from .model import RecursiveModel
 from .params import DeviceParams, Params, parameter_array
 
 
@@ -46,6 +47,7 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     where `model.vjp` computes: with CPU tensors, the CPU unless told; with CUDA tensors, the
     GPU."""
     _check_backend(backend)
+    _check_model(model)
     if not isinstance(forest, Forest):
         raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
     if not isinstance(params, Mapping):
@@ -67,6 +69,12 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     outputs = _RecursiveFunction.apply(layout, *tensors)
     count = len(outputs) // 2
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
+
+
+def _check_model(model):
+    if not isinstance(model, RecursiveModel):
+        raise InputError(f"recjit.torch runs a recursive model (a cell decorated with "
+                         f"@rj.recursive_model), not {type(model).__name__} {model!r}")
 
 
 def _check_backend(backend):
@@ -299,6 +307,7 @@ class Module(torch.nn.Module):
     def __init__(self, model, sparse=(), backend=None, **initial):
         super().__init__()
         _check_backend(backend)
+        _check_model(model)
         self.model = model
         self.sparse = _checked_sparse(sparse, sorted(initial))
         self.backend = backend

@@ -131,3 +131,11 @@ def test_an_output_the_model_does_not_return_is_refused_before_anything_runs():
     forests = [rj.Forest.random_binary(2, seed=0, vocab_size=5)]
     with pytest.raises(rj.RecJitError, match="output=1: tree_rnn returns 1 state"):
         rjd.roots(tree_rnn, forests, make_params(8, 5, "float64"), output=1)
+
+
+def test_to_npy_into_a_path_that_is_a_file_is_refused_naming_it(tmp_path):
+    path = tmp_path / "states"
+    path.write_text("")
+    forests = [rj.Forest.random_binary(2, seed=0, vocab_size=5)]
+    with pytest.raises(rj.InputError, match="directory .*states', which is a file"):
+        rjd.to_npy(tree_rnn, forests, make_params(8, 5, "float64"), str(path))

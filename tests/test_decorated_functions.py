@@ -96,6 +96,15 @@ def test_a_cell_that_is_not_a_plain_function_is_refused_saying_what_it_wraps():
         rj.recursive_model(arity=2)(functools.lru_cache(maxsize=None)(cached))
 
 
+def test_a_lambda_cell_is_refused_saying_it_takes_a_def():
+    """Even where the lambda's line is no statement of its own, as in a dict's entries."""
+    cells = {
+        "leaf": rj.recursive_model(arity=2)(lambda node, p: p.E[node.word]),
+    }
+    with pytest.raises(rj.UnsupportedError, match="not defined by a plain `def` statement"):
+        cells["leaf"].run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((2, 3))))
+
+
 def scale_positionally(h, /, factor=3.0):
     return factor * h
 

@@ -320,6 +320,12 @@ def test_a_batch_size_that_is_not_a_count_of_trees_is_refused(size):
         rj.Forest.from_nested([(0, 1)]).batches(size)
 
 
+
+@pytest.mark.parametrize("seed", ["x", 1.5, -1])
+def test_a_batches_seed_numpy_does_not_take_is_refused_naming_it(seed):
+    with pytest.raises(rj.InputError, match="seed must be an int"):
+        rj.Forest.from_nested([(0, 1), 2]).batches(1, shuffle=True, seed=seed)
+
 TREEBANK = """( (S
     (NP-SBJ (NNP Pierre) (NNP Vinken) )
     (VP (MD will)

@@ -153,6 +153,15 @@ def test_a_dense_gradient_reaches_a_table_through_a_view():
     assert not wide.grad[:, 1::2].any()
 
 
+def test_a_model_that_is_not_a_recursive_model_is_refused_naming_it():
+    """By `apply` at its call and by the module as it is made."""
+    forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
+    with pytest.raises(rj.InputError, match="runs a recursive model .*not function"):
+        rj.torch.apply(child_sum_tree_lstm.function, forest, dict(module().named_parameters()))
+    with pytest.raises(rj.InputError, match="runs a recursive model .*not function"):
+        rj.torch.Module(child_sum_tree_lstm.function, **vars(tree_lstm_params(HIDDEN, VOCAB)))
+
+
 def test_a_backward_after_an_in_place_update_is_refused_naming_the_parameter():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
     layer = module()

@@ -56,6 +56,10 @@ def read_source(function):
     holds its source, and a cell is analysed again when a name it reads is bound again."""
     name = getattr(function, "__qualname__", repr(function))
     code = require_code(function)
+    not_a_def = (f"{name} is not defined by a plain `def` statement (lambdas and async "
+                 f"functions are not cell functions)")
+    if code.co_name == "<lambda>":  # its lines may be no statement of their own
+        raise UnsupportedError(not_a_def)
     try:
         lines, first_line = inspect.getsourcelines(code)
     except (OSError, TypeError) as error:
@@ -66,7 +70,6 @@ def read_source(function):
     module = ast.parse(text)
     definitions = [node for node in module.body if isinstance(node, ast.FunctionDef)]
     if not definitions:
-        raise UnsupportedError(f"{name} is not defined by a plain `def` statement "
-                               f"(lambdas and async functions are not cell functions)")
+        raise UnsupportedError(not_a_def)
     filename = inspect.getsourcefile(code) or code.co_filename
     return FunctionSource(function, definitions[0], filename, max(first_line, 1), text)

@@ -101,7 +101,7 @@ class Forest:
             raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
                              f"1, not {size!r}")
         shuffle = checked_flag("Forest.batches: shuffle", shuffle)
-        rng = np.random.default_rng(seed)
+        rng = _generator(seed)
         order = rng.permutation(self.roots.size) if shuffle else np.arange(self.roots.size)
         if not checked_flag("Forest.batches: bucket_by_height", bucket_by_height):
             return (self.select(order[begin:begin + size])

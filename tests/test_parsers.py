@@ -48,3 +48,27 @@ def test_models_run_on_parsed_trees_as_the_recursion_does():
 def test_something_other_than_an_nltk_tree_is_refused_naming_it():
     with pytest.raises(rj.InputError, match="tree #1 is a str, not an nltk.Tree"):
         rj.Forest.from_nltk([nltk.Tree.fromstring(PARSED), "(S (NN x))"])
+
+
+def test_a_subtree_that_is_neither_a_tree_nor_a_word_is_refused_naming_its_parent():
+    with pytest.raises(rj.InputError, match=r"node \(NP\) has a child 5 \(int\), neither"):
+        rj.Forest.from_nltk(nltk.Tree("S", [nltk.Tree("NP", [nltk.Tree("NN", ["cat"]), 5])]))
+
+
+@pytest.mark.parametrize("argument, message", [
+    ({"vocab": ["cat"]}, "vocab must be a dict of a word to its id"),
+    ({"labels": 5}, "labels must be a dict of a label to its id"),
+    ({"labels": {"S": -1}}, "labels must be a dict of a label to its id"),
+], ids=["vocab a list", "labels a number", "a negative label id"])
+def test_a_vocabulary_that_is_not_a_dict_of_ids_is_refused_naming_it(argument, message):
+    with pytest.raises(rj.InputError, match=message):
+        rj.Forest.from_nltk(nltk.Tree.fromstring(PARSED), **argument)
+    with pytest.raises(rj.InputError, match=message):
+        rj.Forest.from_ptb(["(S (NN cat))"], **argument)
+
+
+def test_words_new_to_a_vocabulary_take_the_ids_after_its_largest():
+    vocab = {"the": 7, "cat": 2}
+    forest = rj.Forest.from_nltk(nltk.Tree.fromstring(PARSED), vocab=vocab)
+    assert vocab == {"the": 7, "cat": 2, "sat": 8, "on": 9, "mat": 10, ".": 11}
+    assert forest.vocab is vocab

@@ -307,22 +307,9 @@ class Forest:
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label: the number, or
         its id in `labels` (extended, kept as `.label_vocab`)."""
-        vocab = {} if vocab is None else vocab
-        if not isinstance(vocab, dict) or not all(
-                isinstance(i, (int, np.integer)) and 0 <= i <= MAX_NODES
-                for i in vocab.values()):
-            raise InputError("vocab must be a dict of a word to its id, a non-negative int (the "
-                             ".vocab of a forest read before)")
-        next_id = max(vocab.values(), default=-1) + 1
-
-        def word_id(word):
-            nonlocal next_id
-            if word not in vocab:
-                vocab[word] = next_id
-                next_id += 1
-            return vocab[word]
-
-        label_id = _ptb_labels(labels)
+        vocab = _vocabulary("vocab", "a word", vocab)
+        word_id = _id_in(vocab)
+        label_id = _ptb_labels(_vocabulary("labels", "a label", labels, given=False))
         if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
             lines = lines.splitlines()
         builder = _Builder()
@@ -360,8 +347,8 @@ class Forest:
             trees = [trees]
         collapse_unary = checked_flag("Forest.from_nltk: collapse_unary", collapse_unary)
         binarize = checked_flag("Forest.from_nltk: binarize", binarize)
-        vocab = {} if vocab is None else vocab
-        labels = {} if labels is None else labels
+        vocab = _vocabulary("vocab", "a word", vocab)
+        labels = _vocabulary("labels", "a label", labels)
         builder, roots = _Builder(), []
         for position, tree in enumerate(_iterable("from_nltk", "trees", trees)):
             if not (hasattr(tree, "label") and callable(tree.label) and isinstance(tree, list)):
@@ -528,11 +515,30 @@ def _ptb_labels(labels):
     return label_id
 
 
+def _vocabulary(name, what, vocabulary, given=True):
+    """`vocabulary` checked: a dict of `what` to its id, a non-negative int, as a forest read
+    before keeps it; None is a new one (or, unless `given`, stays None)."""
+    if vocabulary is None:
+        return {} if given else None
+    if not isinstance(vocabulary, dict) or not all(
+            isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i <= MAX_NODES
+            for i in vocabulary.values()):
+        raise InputError(f"{name} must be a dict of {what} to its id, a non-negative int (the "
+                         f".{'vocab' if name == 'vocab' else 'label_vocab'} of a forest read "
+                         f"before), not {type(vocabulary).__name__}")
+    return vocabulary
+
+
 def _id_in(vocabulary):
-    """A function giving each key its id in `vocabulary`, a new one for a new key."""
+    """A function giving each key its id in `vocabulary`, a new one for a new key: one past
+    the largest id, found once (a key a time, it made reading a corpus quadratic)."""
+    next_id = max(vocabulary.values(), default=-1) + 1
+
     def identify(key):
+        nonlocal next_id
         if key not in vocabulary:
-            vocabulary[key] = max(vocabulary.values(), default=-1) + 1
+            vocabulary[key] = next_id
+            next_id += 1
         return vocabulary[key]
     return identify
 
@@ -580,11 +586,15 @@ class _Builder:
     def add_nltk(self, tree, word_id, label_id):
         """An nltk.Tree's nodes, parents first; a preterminal is one leaf node."""
         root = None
-        stack = [(tree, None)]
+        stack = [(tree, None, None)]  # (a subtree, its parent's node, its parent's label)
         while stack:
-            subtree, parent = stack.pop()
+            subtree, parent, parent_label = stack.pop()
             if isinstance(subtree, str):  # a bare word among subtrees: a leaf, no label
                 node = self.new_node(word_id(subtree))
+            elif not (isinstance(subtree, list) and hasattr(subtree, "label")):
+                raise InputError(f"Forest.from_nltk: node ({parent_label}) has a child "
+                                 f"{subtree!r} ({type(subtree).__name__}), neither a subtree "
+                                 "nor a word")
             elif len(subtree) == 1 and isinstance(subtree[0], str):  # (NN cat)
                 node = self.new_node(word_id(subtree[0]), label_id(str(subtree.label())))
             elif len(subtree) == 0:
@@ -592,7 +602,7 @@ class _Builder:
                                  "and no word")
             else:
                 node = self.new_node(label=label_id(str(subtree.label())))
-                stack.extend((child, node) for child in reversed(subtree))
+                stack.extend((child, node, subtree.label()) for child in reversed(subtree))
             if parent is None:
                 root = node
             else:

@@ -298,6 +298,16 @@ def test_the_adjoint_reads_a_value_its_case_computes_rather_than_computing_it_ag
                 seen.add(key)
 
 
+def test_the_adjoint_holds_no_op_that_no_effect_reads():
+    """`1 - z`'s constant collects a cotangent that goes nowhere: no op sums it."""
+    p = tree_gru_params(HIDDEN, VOCAB, "float64", 3)
+    pullback, _, _ = pullback_and_cotangents(tree_gru, CHILD_SUM_FOREST, p, 3)
+    for adjoint in pullback.adjoints.values():
+        read = {argument for op in adjoint.ops for argument in op.args}
+        for index, op in enumerate(adjoint.ops[adjoint.forward:], adjoint.forward):
+            assert op.kind.startswith("grad_") or index in read, (index, op)
+
+
 def test_a_split_values_cotangent_is_each_parts_own_with_no_zeros_added():
     """The adjoint of `rj.split` pads each part's cotangent with zeros: the backward stores
     each part where it belongs, not its sum with the other parts' zeros."""

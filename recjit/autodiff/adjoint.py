@@ -33,7 +33,7 @@ Effects (no value):
   grad_child        (child, comp) %v  child k's (or each child's) state component's cotangent
                                       += v
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UnsupportedError
 from ..frontend.cell_ir import Op, attribute, transposed
@@ -137,7 +137,8 @@ class _Adjoint:
                 raise UnsupportedError(f"`{op.kind}` {op.attrs} has no adjoint rule yet",
                                        filename=self.source_name, lineno=op.line)
             rule(self, index, op, gradient)
-        return AdjointCase(case.name, case.num_children, tuple(self.ops), len(case.ops))
+        return AdjointCase(case.name, case.num_children,
+                           _without_dead_ops(self.ops, len(case.ops)), len(case.ops))
 
     # rules ----------------------------------------------------------------------------------
     def param(self, index, op, gradient):
@@ -287,6 +288,24 @@ class _Adjoint:
 
     def nothing(self, index, op, gradient):
         """Constants and the count of children: nothing to send back."""
+
+
+def _without_dead_ops(ops, forward):
+    """`ops` without the adjoint ops (from `forward` on) that no effect reads, renumbered: the
+    cotangent a constant or the count of children collects (`1 - z`'s `1`), which sends
+    nothing back. The case's own ops all stay, at their numbers."""
+    live = set(range(forward))
+    for index in range(len(ops) - 1, forward - 1, -1):
+        if index in live or ops[index].kind.startswith("grad_"):
+            live.add(index)
+            live.update(ops[index].args)
+    number = {}
+    kept = []
+    for index, op in enumerate(ops):
+        if index in live:
+            number[index] = len(kept)
+            kept.append(replace(op, args=tuple(number[a] for a in op.args)))
+    return tuple(kept)
 
 
 _RULES = {"param": _Adjoint.param, "gather": _Adjoint.gather, "field": _Adjoint.field,

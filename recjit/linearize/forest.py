@@ -307,9 +307,10 @@ class Forest:
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label: the number, or
         its id in `labels` (extended, kept as `.label_vocab`)."""
-        vocab = _vocabulary("vocab", "a word", vocab)
+        vocab = _vocabulary("vocab", "a word", "vocab", vocab)
         word_id = _id_in(vocab)
-        label_id = _ptb_labels(_vocabulary("labels", "a label", labels, given=False))
+        label_id = _ptb_labels(_vocabulary("labels", "a label", "label_vocab", labels,
+                                           given=False))
         if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
             lines = lines.splitlines()
         builder = _Builder()
@@ -347,8 +348,8 @@ class Forest:
             trees = [trees]
         collapse_unary = checked_flag("Forest.from_nltk: collapse_unary", collapse_unary)
         binarize = checked_flag("Forest.from_nltk: binarize", binarize)
-        vocab = _vocabulary("vocab", "a word", vocab)
-        labels = _vocabulary("labels", "a label", labels)
+        vocab = _vocabulary("vocab", "a word", "vocab", vocab)
+        labels = _vocabulary("labels", "a label", "label_vocab", labels)
         builder, roots = _Builder(), []
         for position, tree in enumerate(_iterable("from_nltk", "trees", trees)):
             if not (hasattr(tree, "label") and callable(tree.label) and isinstance(tree, list)):
@@ -515,17 +516,17 @@ def _ptb_labels(labels):
     return label_id
 
 
-def _vocabulary(name, what, vocabulary, given=True):
+def _vocabulary(name, what, kept_as, vocabulary, given=True):
     """`vocabulary` checked: a dict of `what` to its id, a non-negative int, as a forest read
-    before keeps it; None is a new one (or, unless `given`, stays None)."""
+    before keeps it (its attribute `kept_as`); None is a new one (or, unless `given`, stays
+    None)."""
     if vocabulary is None:
         return {} if given else None
     if not isinstance(vocabulary, dict) or not all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i <= MAX_NODES
             for i in vocabulary.values()):
         raise InputError(f"{name} must be a dict of {what} to its id, a non-negative int (the "
-                         f".{'vocab' if name == 'vocab' else 'label_vocab'} of a forest read "
-                         f"before), not {type(vocabulary).__name__}")
+                         f".{kept_as} of a forest read before), not {type(vocabulary).__name__}")
     return vocabulary
 
 

@@ -12,12 +12,27 @@ SST_TEST = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file_
 STRUCTURES = {"tree": "trees", "dag": "DAGs", "sequence": "sequences"}
 
 
+def positive(text):
+    """An argparse type: a whole number, at least 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def existing_file(text):
+    """An argparse type: the path of a file that is there."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"no file {text!r}")
+    return text
+
+
 def arguments(description, hidden):
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--hidden", type=int, default=hidden, help="hidden size")
-    parser.add_argument("--batch", type=int, default=10,
+    parser.add_argument("--hidden", type=positive, default=hidden, help="hidden size")
+    parser.add_argument("--batch", type=positive, default=10,
                         help="trees (grids, sequences) per batch")
-    parser.add_argument("--trees", default=None,
+    parser.add_argument("--trees", type=existing_file, default=None,
                         help="SST trees in PTB format (default: ../shared/data/sst/test.txt "
                              "where it is, else a generated sample)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])

@@ -28,6 +28,7 @@ import torch
 from tqdm import tqdm
 
 import recjit as rj
+from common import positive
 from tree_lstm import child_sum_tree_lstm
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst")
@@ -308,14 +309,6 @@ def plot(record, path):
     accuracies.legend()
     figure.tight_layout()
     figure.savefig(path)
-
-
-def positive(text):
-    """An argparse type: a whole number, at least 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def fraction(text):

@@ -1,0 +1,22 @@
+"""The examples' command lines refuse what they cannot run, naming the argument, before
+anything compiles."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "examples"))
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["tree_rnn.py", "--batch", "0"], "argument --batch: must be at least 1, not 0"),
+    (["tree_rnn.py", "--hidden", "-3"], "argument --hidden: must be at least 1, not -3"),
+    (["tree_rnn.py", "--trees", "no-such-file.txt"], "argument --trees: no file"),
+    (["train_sst.py", "--epochs", "0"], "argument --epochs: must be at least 1, not 0"),
+], ids=["no trees", "a negative hidden size", "a missing file", "no epochs"])
+def test_an_example_refuses_an_argument_it_cannot_run_naming_it(arguments, message):
+    ran = subprocess.run([sys.executable, *arguments], cwd=EXAMPLES, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert ran.returncode == 2, ran.stdout + ran.stderr
+    assert message in ran.stderr

@@ -77,9 +77,9 @@ class _Adjoint:
         self.source_name = source_name
         self.ops = list(case.ops)
         # an op the case computes already is read, not emitted again (a GRU's `1 - z` is its
-        # sigmoid's slope `1 - y` too)
+        # sigmoid's slope `1 - y` too); the frontend's memo made the case's ops unique
         self.memo = {(op.kind, op.args, op.attrs, op.shape): index
-                     for index, op in reversed(list(enumerate(case.ops)))}
+                     for index, op in enumerate(case.ops)}
         self.cotangents = {}  # forward value → the op holding its summed cotangent
 
     # building ops -------------------------------------------------------------------------

@@ -352,7 +352,7 @@ class Forest:
         labels = _vocabulary("labels", "a label", "label_vocab", labels)
         builder, roots = _Builder(), []
         for position, tree in enumerate(_iterable("from_nltk", "trees", trees)):
-            if not (hasattr(tree, "label") and callable(tree.label) and isinstance(tree, list)):
+            if not _is_nltk_tree(tree):
                 raise InputError(f"Forest.from_nltk: tree #{position} is a "
                                  f"{type(tree).__name__}, not an nltk.Tree")
             if collapse_unary or binarize:
@@ -516,6 +516,11 @@ def _ptb_labels(labels):
     return label_id
 
 
+def _is_nltk_tree(value):
+    """Whether `value` is an nltk.Tree (a list with a `label()`), told without importing nltk."""
+    return isinstance(value, list) and callable(getattr(value, "label", None))
+
+
 def _vocabulary(name, what, kept_as, vocabulary, given=True):
     """`vocabulary` checked: a dict of `what` to its id, a non-negative int, as a forest read
     before keeps it (its attribute `kept_as`); None is a new one (or, unless `given`, stays
@@ -592,7 +597,7 @@ class _Builder:
             subtree, parent, parent_label = stack.pop()
             if isinstance(subtree, str):  # a bare word among subtrees: a leaf, no label
                 node = self.new_node(word_id(subtree))
-            elif not (isinstance(subtree, list) and hasattr(subtree, "label")):
+            elif not _is_nltk_tree(subtree):
                 raise InputError(f"Forest.from_nltk: node ({parent_label}) has a child "
                                  f"{subtree!r} ({type(subtree).__name__}), neither a subtree "
                                  "nor a word")

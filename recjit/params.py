@@ -51,6 +51,7 @@ class DeviceParams(Params):
 def parameter_array(name, value):
     """A parameter as a NumPy array; a value NumPy makes none of (a ragged nest of lists) is
     refused naming it."""
+    check_unmasked(f"parameter {name!r}", value)
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as error:
@@ -90,6 +91,15 @@ def to_host(value):
         from numba import cuda
         value = cuda.as_cuda_array(value)
     return value.copy_to_host()
+
+
+def check_unmasked(what, value):
+    """Refuse a NumPy masked array with masked elements: a kernel reads every element, the
+    masked ones too, where NumPy would leave them out."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.getmaskarray(value).any():
+        raise InputError(f"{what} is a masked array with masked elements; recjit reads "
+                         "every element, masked or not: pass `.filled(value)` with the value "
+                         "they stand for")
 
 
 def params_on_host(p, names):

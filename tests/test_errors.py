@@ -146,6 +146,33 @@ def test_parameters_in_the_other_byte_order_are_refused_saying_how_to_convert_th
         tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
 
 
+def test_a_parameter_with_masked_elements_is_refused_naming_it():
+    p = make_params(4, 10, "float32")
+    p.U_f = np.ma.masked_array(p.U_f, mask=np.eye(4, dtype=bool))
+    with pytest.raises(rj.InputError, match=r"parameter 'U_f' is a masked array with masked "
+                                            r"elements; .* `.filled\(value\)`"):
+        tree_lstm.run(rj.Forest.from_nested([(1, 2)]), p)
+
+
+def test_params_refuse_an_array_with_masked_elements_where_it_is_given():
+    with pytest.raises(rj.InputError, match="parameter 'W' is a masked array with masked"):
+        rj.Params(W=np.ma.masked_array(np.ones((2, 2)), mask=[[0, 1], [0, 0]]))
+
+
+def test_a_field_with_masked_elements_is_refused_naming_it():
+    words = np.ma.masked_array([0, 1, 2], mask=[0, 1, 0])
+    with pytest.raises(rj.InputError, match="field 'word' is a masked array with masked"):
+        rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"word": words})
+
+
+def test_a_masked_array_with_nothing_masked_runs_as_its_data():
+    p = make_params(4, 10, "float64")
+    forest = rj.Forest.from_nested([(1, 2)])
+    plain = tree_lstm.run(forest, p).roots[0]
+    p.U_f = np.ma.masked_array(p.U_f)
+    np.testing.assert_array_equal(tree_lstm.run(forest, p).roots[0], plain)
+
+
 def test_a_vector_field_of_strings_is_refused_naming_the_field_and_the_line():
     from dag_rnn import dag_rnn
     from dag_rnn import make_params as dag_params

@@ -331,8 +331,10 @@ def test_a_pullback_takes_a_change_to_rows_its_forest_does_not_gather():
     ((np.ones((1, HIDDEN)),), r"must be 2 array\(s\), one per state component"),
     ((np.ones((2, HIDDEN)), None), (r"roots, component 0, has shape \(2, 3\); the run's "
                                     r"Result.roots\[0\] has \(1, 3\)")),
-    ((np.array([["a"] * HIDDEN]), None), "holds <U1, not numbers")],
-    ids=["too few", "wrong shape", "text"])
+    ((np.array([["a"] * HIDDEN]), None), "holds <U1, not numbers"),
+    ((np.ma.masked_array(np.ones((1, HIDDEN)), mask=[[0, 1, 0]]), None),
+     r"roots, component 0, is a masked array with masked elements")],
+    ids=["too few", "wrong shape", "text", "masked"])
 def test_a_cotangent_that_does_not_fit_the_states_is_refused_naming_it(roots, message):
     _, pullback = tree_lstm.vjp(rj.Forest.from_nested([(0, 1)]),
                                 tree_lstm_params(HIDDEN, VOCAB, "float64"))

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ..errors import InputError, checked_flag
-from ..params import on_device, shape_and_dtype, to_host
+from ..params import check_unmasked, on_device, shape_and_dtype, to_host
 from .linearizer import check_structure, native
 
 KINDS = ("tree", "dag", "sequence")
@@ -483,6 +483,7 @@ def _field(name, values, num_nodes):
                              "may stay there (recjit checks every index a field holds on the "
                              "host, before a kernel runs)")
     else:
+        check_unmasked(f"field {name!r}", values)
         values = native(np.ascontiguousarray(values))
         shape = values.shape
     if len(shape) == 0 or shape[0] != num_nodes:

@@ -25,7 +25,7 @@ from .lowering.arguments import weight_shapes
 from .lowering.backward import gradient_sums, kept_for_copies
 from .lowering.traffic import batch_traffic
 from .ops import filling
-from .params import (WithContext, check_unmasked, described, is_weak, params_on_host, pinned,
+from .params import (WithContext, check_as_array, described, is_weak, params_on_host, pinned,
                      shape_and_dtype, to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
@@ -258,11 +258,11 @@ class RecursiveModel:
             value = getattr(p, name, None)
             if value is None:
                 raise _missing(p, name, analysis.source)
-            check_unmasked(described(p, name), value)
+            check_as_array(described(p, name), value)
             parameters.append((name, *shape_and_dtype(value)))
         fields = forest.fields
         for name in analysis.fields:
-            check_unmasked(f"field {name!r}", fields.get(name))
+            check_as_array(f"field {name!r}", fields.get(name))
         return (backend, schedule, tuple(parameters),
                 tuple((name, *_field_spec(fields[name], kind=True))
                       for name in analysis.fields if name in fields), analysis)

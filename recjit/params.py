@@ -51,7 +51,7 @@ class DeviceParams(Params):
 def parameter_array(name, value):
     """A parameter as a NumPy array; a value NumPy makes none of (a ragged nest of lists) is
     refused naming it."""
-    check_unmasked(f"parameter {name!r}", value)
+    check_as_array(f"parameter {name!r}", value)
     try:
         return np.asarray(value)
     except (ValueError, TypeError) as error:
@@ -93,9 +93,16 @@ def to_host(value):
     return value.copy_to_host()
 
 
-def check_unmasked(what, value):
-    """Refuse a NumPy masked array with masked elements: a kernel reads every element, the
-    masked ones too, where NumPy would leave them out."""
+def check_as_array(what, value, differentiated=("call the model through rj.torch.apply or "
+                                                "rj.torch.Module")):
+    """Refuse a value whose array is not what its user means, or cannot be taken: a PyTorch
+    tensor that requires grad (recjit's own calls read its values, and would drop its
+    graph; `differentiated`: how to keep it), and a NumPy masked array with masked elements
+    (a kernel reads every element, the masked ones too, where NumPy would leave them out)."""
+    if getattr(value, "requires_grad", False) is True:
+        raise InputError(f"{what} is a PyTorch tensor that requires grad; recjit's own calls "
+                         f"take its values, not its graph: pass `.detach()`, or "
+                         f"{differentiated} to differentiate through it")
     if isinstance(value, np.ma.MaskedArray) and np.ma.getmaskarray(value).any():
         raise InputError(f"{what} is a masked array with masked elements; recjit reads "
                          "every element, masked or not: pass `.filled(value)` with the value "

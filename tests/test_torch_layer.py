@@ -364,6 +364,23 @@ def test_a_tensor_recjit_cannot_read_is_refused_naming_it(replaced, message):
         rj.torch.apply(child_sum_tree_lstm, forest, params)
 
 
+def test_a_tensor_that_requires_grad_given_to_a_plain_call_is_refused_saying_what_to_do():
+    forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)
+    params = rj.Params(**vars(tree_lstm_params(HIDDEN, VOCAB, "float64")))
+    params.U_f = torch.from_numpy(params.U_f).requires_grad_()
+    with pytest.raises(rj.InputError, match=r"parameter 'U_f' is a PyTorch tensor that requires "
+                                            r"grad; .*`.detach\(\)`, or call the model through "
+                                            r"rj.torch.apply or rj.torch.Module"):
+        child_sum_tree_lstm.run(forest, params)
+
+
+def test_a_forest_refuses_a_field_that_requires_grad_saying_where_it_goes():
+    x = torch.ones(3, HIDDEN, dtype=torch.float64, requires_grad=True)
+    with pytest.raises(rj.InputError, match=r"field 'x' is a PyTorch tensor that requires grad; "
+                                            r".*rj.torch.apply's \(or Module's\) fields="):
+        rj.Forest.from_edges(3, [(0, 1), (0, 2)], fields={"x": x})
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_a_tensor_of_half_floats_is_refused_naming_it(dtype):
     forest = rj.Forest.random_binary(1, seed=3, mean_leaves=3, vocab_size=VOCAB)

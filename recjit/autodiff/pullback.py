@@ -22,7 +22,7 @@ from ..linearize import edge_parents, node_trees
 from ..lowering.arguments import LeafGroups, kernel_parameters, leaf_groups
 from ..lowering.backward import gathered_rows, gradient_sums
 from ..lowering.ilir import RowsOf
-from ..params import (check_unmasked, described, is_weak, on_device as on_gpu_memory,
+from ..params import (check_as_array, described, is_weak, on_device as on_gpu_memory,
                       params_on_host, to_host)
 from .gradients import Gradients, RowGrad
 from .interpret import Batch, Evaluator
@@ -228,7 +228,7 @@ class Pullback:
         return list(given)
 
     def checked(self, what, component, values, shape, check_finite):
-        check_unmasked(f"the cotangent of {what}, component {component},", values)
+        check_as_array(f"the cotangent of {what}, component {component},", values)
         values = np.asarray(values)
         if values.shape != shape:
             raise InputError(f"the cotangent of {what}, component {component}, has shape "

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from ..errors import InputError, checked_flag
-from ..params import check_unmasked, on_device, shape_and_dtype, to_host
+from ..params import check_as_array, on_device, shape_and_dtype, to_host
 from .linearizer import check_structure, native
 
 KINDS = ("tree", "dag", "sequence")
@@ -483,7 +483,8 @@ def _field(name, values, num_nodes):
                              "may stay there (recjit checks every index a field holds on the "
                              "host, before a kernel runs)")
     else:
-        check_unmasked(f"field {name!r}", values)
+        check_as_array(f"field {name!r}", values,
+                       differentiated="give it in rj.torch.apply's (or Module's) fields=")
         values = native(np.ascontiguousarray(values))
         shape = values.shape
     if len(shape) == 0 or shape[0] != num_nodes:

@@ -356,6 +356,33 @@ def test_an_element_loop_is_left_whole_where_an_edge_loop_reads_what_the_node_wr
     assert children_after(loop) == (loop,)
 
 
+def merged_element_loops(body):
+    return [inner for loop in edge_loops_holding_element_loops(body)
+            for inner in ilir.nodes(loop.body, ilir.Loop) if inner.element]
+
+
+def test_the_merged_edge_loop_computes_each_value_once():
+    """The child's forget gate that three of child-sum TreeLSTM's edge loops computed is
+    computed once in the loop they become, and read by all three."""
+    p = tree_lstm_params(HIDDEN, VOCAB, "float64", 3)
+    pullback, _, _ = pullback_and_cotangents(child_sum_tree_lstm, CHILD_SUM_FOREST, p, 3)
+    loops = merged_element_loops(pullback.compiled.planned.body)
+    assert loops
+    for loop in loops:
+        values = [let.value for let in loop.body if isinstance(let, ilir.Let)]
+        assert len(values) == len(set(values))
+
+
+def test_a_value_loaded_from_an_array_the_edge_loop_stores_is_loaded_again():
+    loop = element_loop(edge_loop(
+        ilir.Let("a", ilir.Load("cot", (CHILD, K))),
+        ilir.Store("cot", (CHILD, K), ilir.BinOp("+", ilir.Var("a"), ilir.Const(1.0))),
+        ilir.Let("b", ilir.Load("cot", (CHILD, K))),
+        ilir.Store("y", (CHILD, K), ilir.Var("b"))))
+    (merged,) = merged_element_loops(children_after(loop))
+    assert ilir.Let("b", ilir.Load("cot", (CHILD, K))) in merged.body
+
+
 def test_the_cpus_weight_gradients_are_rows_a_node_and_the_gpus_columns():
     """Contiguous stores in the CPU kernel's vectorized loops; the layout the GPU's sums
     read."""

@@ -11,8 +11,8 @@ That suits the GPU, whose threads are the elements. On the CPU the edge loops ma
 loop an outer loop, which LLVM's vectorizer does not take, and each edge loop computes a
 child's gate again. Here the element loop is split in three: first the node's own values, each
 one that an edge loop reads stored in a row of its own (`vals_v34`); then the edge loops as
-one, walked child by child with the element loop innermost (LLVM computes a child's gate
-once there); then, in a loop of their own, the node's values that read a sum over the
+one, walked child by child with the element loop innermost, a value that several of them
+computed (a child's gate) computed once (`_each_value_once`); then, in a loop of their own, the node's values that read a sum over the
 children, which the edge loop summed into rows (`sums_total`):
 
     for k: v34 = ...; vals_v34[k] = v34; ...
@@ -28,7 +28,8 @@ node is not its own child). (benchmarks/README.md: TreeLSTM's backward kernel, 3
 at 25 SST trees.)"""
 from dataclasses import replace
 
-from ..lowering.ilir import Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add, nodes
+from ..lowering.ilir import (Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add,
+                            nodes, substitute)
 from .child_sums import rewritten_loops, sum_started_before
 
 
@@ -110,14 +111,38 @@ def children_after(loop):
             inner.append(Store(row.array, row.index, BinOp("+", row, accumulate.value.right)))
         each_child += inner
     first = body[edges[0]]
-    split.append(replace(first, body=(first.body[0],
-                                      element_loop(restored(each_child) + each_child))))
+    merged = _each_value_once(restored(each_child) + each_child)
+    split.append(replace(first, body=(first.body[0], element_loop(merged))))
     if after:
         split.append(element_loop(restored(after)
                                   + [Let(total, Load(f"sums_{total}", (position,)))
                                      for total in totals]
                                   + after))
     return tuple(split)
+
+
+def _each_value_once(statements):
+    """`statements`, a merged edge loop's element loop, with a value that several of the
+    edge loops computed computed once: a `Let` whose expression an earlier `Let` has is
+    dropped, and its name read as the earlier one's. Each edge loop had computed a child's
+    gate for itself; LLVM merged them, but the printed kernel showed it four times. Only an
+    expression that loads no array the statements store is the same wherever it stands; and
+    where a name is bound twice, nothing is merged."""
+    bound = [statement.name for statement in statements if isinstance(statement, Let)]
+    if len(bound) != len(set(bound)):
+        return statements
+    stored = {store.array for store in nodes(tuple(statements), Store)}
+    first_named, renamed, kept = {}, {}, []
+    for statement in statements:
+        statement = substitute(statement, renamed)
+        if isinstance(statement, Let) and not any(load.array in stored
+                                                  for load in nodes(statement.value, Load)):
+            earlier = first_named.setdefault(statement.value, statement.name)
+            if earlier != statement.name:
+                renamed[Var(statement.name)] = Var(earlier)
+                continue
+        kept.append(statement)
+    return kept
 
 
 def _is_edge_loop(statement):

@@ -101,7 +101,7 @@ def check_as_array(what, value, differentiated=("call the model through rj.torch
     (a kernel reads every element, the masked ones too, where NumPy would leave them out)."""
     if getattr(value, "requires_grad", False) is True:
         raise InputError(f"{what} is a PyTorch tensor that requires grad; recjit's own calls "
-                         f"take its values, not its graph: pass `.detach()`, or "
+                         "take its values, not its graph: pass `.detach()`, or "
                          f"{differentiated} to differentiate through it")
     if isinstance(value, np.ma.MaskedArray) and np.ma.getmaskarray(value).any():
         raise InputError(f"{what} is a masked array with masked elements; recjit reads "

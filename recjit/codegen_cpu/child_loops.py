@@ -12,8 +12,9 @@ loop an outer loop, which LLVM's vectorizer does not take, and each edge loop co
 child's gate again. Here the element loop is split in three: first the node's own values, each
 one that an edge loop reads stored in a row of its own (`vals_v34`); then the edge loops as
 one, walked child by child with the element loop innermost, a value that several of them
-computed (a child's gate) computed once (`_each_value_once`); then, in a loop of their own, the node's values that read a sum over the
-children, which the edge loop summed into rows (`sums_total`):
+computed (a child's gate) computed once (`_each_value_once`); then, in a loop of their own,
+the node's values that read a sum over the children, which the edge loop summed into rows
+(`sums_total`):
 
     for k: v34 = ...; vals_v34[k] = v34; ...
     sums_total[k] = 0 for every k

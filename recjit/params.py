@@ -98,7 +98,10 @@ def check_as_array(what, value, differentiated=("call the model through rj.torch
     """Refuse a value whose array is not what its user means, or cannot be taken: a PyTorch
     tensor that requires grad (recjit's own calls read its values, and would drop its
     graph; `differentiated`: how to keep it), and a NumPy masked array with masked elements
-    (a kernel reads every element, the masked ones too, where NumPy would leave them out)."""
+    (a kernel reads every element, the masked ones too, where NumPy would leave them out).
+    A plain NumPy array, the common case of every call, is neither."""
+    if type(value) is np.ndarray:
+        return
     if getattr(value, "requires_grad", False) is True:
         raise InputError(f"{what} is a PyTorch tensor that requires grad; recjit's own calls "
                          "take its values, not its graph: pass `.detach()`, or "

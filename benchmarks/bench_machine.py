@@ -7,7 +7,8 @@ a pause, and beside another process; and compiling one kernel in several process
   percentile back to back; median with a 10 ms pause before each call (threads asleep, the
   weights cold); median and 95th percentile while a second process runs the same loop.
 - Compiling: TreeGRU into an empty cache in one process, then in four at once (each process's
-  wall time, the import included).
+  wall time, the import included), and the resident memory the process's first run added,
+  compiled and loaded from the cache by the next process (docs/memory.md).
 - A corpus: TreeLSTM h150 over SST train (8,544 trees), float32, in batches of 256, the PTB
   file read and run: one process on every core, against `recjit.dask` on a local cluster of
   2 worker processes of one thread each (median of 3 passes, after one that compiles; and
@@ -53,13 +54,18 @@ print(json.dumps({{"median": float(np.median(back)), "p95": float(np.percentile(
 """
 
 COMPILE = """
-import sys, time
+import json, sys, time
 started = time.perf_counter()
 sys.path.insert(0, {examples!r})
 import recjit as rj
 from tree_gru import make_params, tree_gru
-tree_gru.run(rj.Forest.random_binary(3, seed=0, vocab_size=20), make_params(7, 20, "float64"))
-print(time.perf_counter() - started)
+def resident_mb():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmRSS"))
+forest = rj.Forest.random_binary(3, seed=0, vocab_size=20)
+before = resident_mb()
+tree_gru.run(forest, make_params(7, 20, "float64"))
+print(json.dumps({{"s": time.perf_counter() - started, "resident MB": resident_mb() - before}}))
 """
 
 CORPUS = """
@@ -155,13 +161,17 @@ def beside_pytest(code, threads=None):
 
 
 def compiling(processes):
-    """Each process's seconds, `processes` at once, into a fresh empty cache."""
+    """Each process's seconds and the resident memory its run added, `processes` at once,
+    into a fresh empty cache; then one more process's, which loads the kernel from it."""
     with tempfile.TemporaryDirectory() as cache:
         environment = {"RECJIT_CACHE_DIR": os.path.join(cache, "recjit"),
                        "NUMBA_CACHE_DIR": os.path.join(cache, "numba")}
         started = [python(COMPILE.format(examples=EXAMPLES), environment)
                    for _ in range(processes)]
-        return [float(process.communicate()[0]) for process in started]
+        compiled = [json.loads(process.communicate()[0]) for process in started]
+        loaded = json.loads(python(COMPILE.format(examples=EXAMPLES),
+                                   environment).communicate()[0])
+        return compiled, loaded
 
 
 def corpus_throughput():
@@ -186,10 +196,15 @@ def markdown(results):
     for name, row in results["latency"].items():
         lines += [f"## {name}", ""] + [f"- {key}: {value:.2f}" for key, value in row.items()]
         lines.append("")
-    one, four = results["compile one process s"], results["compile four processes s"]
+    (one,), loaded = results["compile one process"]
+    four = ", ".join(f"{run['s']:.1f}" for run in results["compile four processes"][0])
     lines += ["## compiling TreeGRU into an empty cache", "",
-              f"- one process: {one[0]:.1f} s",
-              f"- four at once: {', '.join(f'{s:.1f}' for s in four)} s", ""]
+              f"- one process: {one['s']:.1f} s",
+              f"- four at once: {four} s",
+              f"- the resident memory the process's first run added, compiling its kernel "
+              f"and the runtime's products: {one['resident MB']:.0f} MB; loading them from "
+              f"the cache, the next process: {loaded['resident MB']:.0f} MB (docs/memory.md)",
+              ""]
     corpus = results["corpus"]
     lines += ["## TreeLSTM h150 over SST train, batches of 256", ""]
     if "absent" in corpus:
@@ -215,8 +230,8 @@ def main():
     results = {"machine": args.machine, "latency": {
         "TreeLSTM h256, 10 trees": latency("tree_lstm", "tree_lstm", 10, seconds),
         "TreeRNN h256, 1 tree": latency("tree_rnn", "tree_rnn", 1, seconds)}}
-    results["compile one process s"] = compiling(1)
-    results["compile four processes s"] = compiling(4)
+    results["compile one process"] = compiling(1)
+    results["compile four processes"] = compiling(4)
     results["corpus"] = corpus_throughput()
     base = os.path.join(HERE, "results", f"machine-{args.machine}")
     print(markdown(results))

@@ -201,9 +201,9 @@ def markdown(results):
     lines += ["## compiling TreeGRU into an empty cache", "",
               f"- one process: {one['s']:.1f} s",
               f"- four at once: {four} s",
-              f"- the resident memory the process's first run added, compiling its kernel "
-              f"and the runtime's products: {one['resident MB']:.0f} MB; loading them from "
-              f"the cache, the next process: {loaded['resident MB']:.0f} MB (docs/memory.md)",
+              (f"- the resident memory the process's first run added, compiling its kernel "
+               f"and the runtime's products: {one['resident MB']:.0f} MB; loading them from "
+               f"the cache, the next process: {loaded['resident MB']:.0f} MB (docs/memory.md)"),
               ""]
     corpus = results["corpus"]
     lines += ["## TreeLSTM h150 over SST train, batches of 256", ""]

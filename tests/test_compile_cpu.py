@@ -11,7 +11,7 @@ from recjit.codegen_cpu.emit import SERIAL_ITEMS
 from recjit.codegen_cpu.runtime import VECTOR_BYTES
 from recjit.linearize import random_bracketing
 from tree_gru import make_params as tree_gru_params, tree_gru
-from tree_lstm import make_params as tree_lstm_params, tree_lstm
+from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_same_result, attentive_child_sum, attentive_params,
@@ -172,6 +172,16 @@ def test_explain_shows_cases_batches_and_barriers():
     assert "barrier: the products read the packed inputs" in text
     assert "barrier: the elementwise ops read the products" in text
     assert "barriers per batch: 3" in text
+
+
+def test_explain_marks_the_cell_ir_ops_that_no_state_reads():
+    """A leaf's `U_iou @ h_sum` with h_sum zero is folded to zeros, and leaves `U_iou` behind:
+    listed, numbered as the kernel's names are, and marked."""
+    forest = rj.Forest.from_nested([((1, 2, 3), 4)])
+    text = child_sum_tree_lstm.explain(forest, tree_lstm_params(4, VOCAB, "float64"))
+    leaf = text.split("case leaf")[1].split("case internal")[0]
+    assert "= param U_iou    : (12, 4)  (no state reads it)" in leaf
+    assert "= param W_iou    : (12, 4)\n" in leaf
 
 
 def test_explain_names_the_width_of_the_products_vectors():

@@ -69,16 +69,31 @@ class CellCase:
     ops: tuple
     outputs: tuple
 
+    def read_by_states(self):
+        """The ops a returned state reads, directly or through others: what the forward
+        kernel computes. The others stay in the list, numbered as the kernels' names are
+        (`v7` is `%7`): the simplifications left them behind (`W @ 0` folded to zeros
+        leaves `W`)."""
+        read, pending = set(), list(self.outputs)
+        while pending:
+            index = pending.pop()
+            if index not in read:
+                read.add(index)
+                pending.extend(self.ops[index].args)
+        return read
+
     def __str__(self):
         count = "any number of" if self.num_children is None else self.num_children
         lines = [f"case {self.name} ({count} children):"]
+        read = self.read_by_states()
         for index, op in enumerate(self.ops):
             operands = ", ".join(f"%{a}" for a in op.args)
             attrs = ", ".join(str(a) for a in op.attrs)
             text = ", ".join(t for t in (attrs, operands) if t)
             per_child = "  per child" if op.per_child else ""
+            unread = "" if index in read else "  (no state reads it)"
             lines.append(f"  %{index} = {op.kind} {text}".rstrip() + f"    : {op.shape}"
-                         + per_child)
+                         + per_child + unread)
         lines.append("  return " + ", ".join(f"%{o}" for o in self.outputs))
         return "\n".join(lines)
 

@@ -97,7 +97,7 @@ def to_npy(model, corpus, params, directory, **options):
     one they all see). Returns the paths, in the corpus's order."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise InputError(f"recjit.dask.to_npy writes its files into directory {directory!r}, "
-                         f"which is a file")
+                         "which is a file")
     os.makedirs(directory, exist_ok=True)
     states = roots(model, corpus, params, **options)
     write = dask.delayed(_write_npy, pure=True)

@@ -73,7 +73,7 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
 
 def _check_model(model):
     if not isinstance(model, RecursiveModel):
-        raise InputError(f"recjit.torch runs a recursive model (a cell decorated with "
+        raise InputError("recjit.torch runs a recursive model (a cell decorated with "
                          f"@rj.recursive_model), not {type(model).__name__} {model!r}")
 
 
@@ -136,7 +136,7 @@ def _check_not_a_view(name, table):
     if isinstance(table, torch.Tensor) and table.grad_fn is not None and table._is_view():
         raise InputError(f"sparse names {name!r}, a view of another tensor "
                          f"({type(table.grad_fn).__name__}): PyTorch cannot pass a sparse "
-                         f"gradient back through a view; pass the table itself, or leave "
+                         "gradient back through a view; pass the table itself, or leave "
                          f"{name!r} out of sparse for a dense gradient")
 
 

@@ -57,7 +57,7 @@ def read_source(function):
     name = getattr(function, "__qualname__", repr(function))
     code = require_code(function)
     not_a_def = (f"{name} is not defined by a plain `def` statement (lambdas and async "
-                 f"functions are not cell functions)")
+                 "functions are not cell functions)")
     if code.co_name == "<lambda>":  # its lines may be no statement of their own
         raise UnsupportedError(not_a_def)
     try:

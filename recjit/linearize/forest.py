@@ -310,7 +310,7 @@ class Forest:
         vocab = _vocabulary("vocab", "a word", "vocab", vocab)
         word_id = _id_in(vocab)
         label_id = _ptb_labels(_vocabulary("labels", "a label", "label_vocab", labels,
-                                           given=False))
+                                           new_if_none=False))
         if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
             lines = lines.splitlines()
         builder = _Builder()
@@ -523,12 +523,12 @@ def _is_nltk_tree(value):
     return isinstance(value, list) and callable(getattr(value, "label", None))
 
 
-def _vocabulary(name, what, kept_as, vocabulary, given=True):
+def _vocabulary(name, what, kept_as, vocabulary, new_if_none=True):
     """`vocabulary` checked: a dict of `what` to its id, a non-negative int, as a forest read
-    before keeps it (its attribute `kept_as`); None is a new one (or, unless `given`, stays
-    None)."""
+    before keeps it (its attribute `kept_as`); None is a new one (or, unless `new_if_none`,
+    stays None)."""
     if vocabulary is None:
-        return {} if given else None
+        return {} if new_if_none else None
     if not isinstance(vocabulary, dict) or not all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i <= MAX_NODES
             for i in vocabulary.values()):

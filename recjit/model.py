@@ -14,16 +14,16 @@ import numpy as np
 
 from .autodiff import (Pullback, adjoint_case, copied_parameters, parameter_guards,
                        tree_of_nodes)
+from .autodiff.jacobian import jacobian_by_copies
 from .codegen_cpu import CpuBackward, CpuKernel
 from .errors import InputError, RecJitError, UnsupportedError, checked_flag, is_whole
-from .explanation import Explanation
+from .explanation import (Explanation, backward_line, outside_line, remat_line,
+                          traffic_line)
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
 from .linearize import Forest, first_outside, linearize, one_node_per_batch, unroll_batches
 from .lowering import (barriers_per_batch, check_schedule, choose_schedule, lower, lower_backward,
                        print_kernel, refactor_variants)
 from .lowering.arguments import weight_shapes
-from .lowering.backward import gradient_sums, kept_for_copies
-from .lowering.traffic import batch_traffic
 from .ops import filling
 from .params import (WithContext, check_as_array, described, is_weak, params_on_host, pinned,
                      shape_and_dtype, to_host)
@@ -147,11 +147,6 @@ class Prepared:
     compiled: object
     linearized: object
     inputs: tuple  # the kernel's arguments from the forest (`backend_kernel.inputs`)
-
-
-# The nodes a jacobian's backward pass takes at once: the forest is copied once per output
-# element, in groups of copies of about this many nodes, whose rows stay in cache.
-JACOBIAN_NODES = 8192
 
 
 class RecursiveModel:
@@ -594,36 +589,7 @@ class RecursiveModel:
         tree_of_nodes(self.linearize(forest))  # a node of two roots has no one root
         wanted = frozenset({("grad_table" if gathered else "grad_field", wrt)})
         pullback = self._vjp(forest, p, None, context, wanted, backend)[1]
-        shape = cell.state_shapes[output]
-        if forest.num_nodes == 0:
-            row = cell.parameters[wrt][1:] if gathered else cell.fields[wrt][0]
-            return np.zeros((0,) + shape + tuple(row), dtype=cell.dtype)
-        elements = int(np.prod(shape))
-        copies = max(1, min(elements, JACOBIAN_NODES // max(1, forest.num_nodes)))
-        row = cell.parameters[wrt][1:] if gathered else cell.fields[wrt][0]
-        jacobian = np.zeros((forest.num_nodes, elements) + tuple(row), dtype=cell.dtype)
-        pullbacks = {}
-        for first in range(0, elements, copies):
-            chunk = min(copies, elements - first)
-            if chunk not in pullbacks:
-                pullbacks[chunk] = self._copies_pullback(pullback, forest, chunk)
-            _add_jacobian_rows(pullbacks[chunk], forest, output, wrt, gathered, first, chunk,
-                               jacobian)
-        return jacobian.reshape((forest.num_nodes,) + shape + jacobian.shape[2:])
-
-    def _copies_pullback(self, pullback, forest, copies):
-        """`pullback` (of a run on `forest`) for the forest taken `copies` times
-        (`Forest.concat`), the run's states copied to each: the forward runs once."""
-        linearized = self.linearize(Forest.concat([forest.on_host()] * copies))
-        original = pullback.linearized
-        rows = original.new_of_old[linearized.old_of_new % forest.num_nodes]
-        kernel = pullback.compiled.kernel if pullback.compiled is not None else None
-        kept = {name: to_host(values) for name, values in pullback.kept.items()}
-        kept = (kept_for_copies(kernel.kept, kept, original, linearized, rows,
-                                kernel.distinct_key) if kernel is not None else {})
-        return Pullback(pullback.cell, pullback.adjoints, linearized,
-                        [state[rows] for state in pullback.states], pullback.params,
-                        pullback.context, pullback.compiled, kept, pullback.guards)
+        return jacobian_by_copies(pullback, forest, output, wrt, gathered, self.linearize)
 
     @_user_facing
     def reference(self, forest, p, context=()):
@@ -701,9 +667,9 @@ class RecursiveModel:
             f"schedule: {compiled.schedule}"
             + (" (refactor chosen for this forest)" if isinstance(entry, ByForest) else ""),
             f"barriers per batch: {barriers_per_batch(compiled.kernel)}",
-            _traffic_line(compiled, p, sizes[:-1]),
+            traffic_line(compiled, p, sizes[:-1]),
             f"launch: {compiled.backend_kernel.describe()}",
-            _outside_line(analysis),
+            outside_line(analysis),
         ] + ([] if not grad else self._explain_backward(key, compiled, backend)))
         if file is not None:
             print(text, file=file)
@@ -718,7 +684,7 @@ class RecursiveModel:
                 + [str(adjoint) for adjoint in adjoints.values()]
                 + ([] if backward is None else
                    ["", f"== backward ILIR ({backend}) ==", print_kernel(backward.planned)])
-                + [_remat_line(compiled.kernel.kept), _backward_line(backward, backend)])
+                + [remat_line(compiled.kernel.kept), backward_line(backward, backend)])
 
     @_user_facing
     def kernel_source(self, backend="cpu", forest=None, p=None, context=(), grad=False):
@@ -737,41 +703,6 @@ class RecursiveModel:
             raise RecJitError(f"no {backend} kernel has been compiled yet for "
                               f"{self.__name__}; call run(), or pass forest and p")
         return self._latest[backend].backend_kernel.source
-
-
-def _remat_line(kept):
-    if not kept:
-        return ("remat: the backward recomputes each node's products from its children's "
-                "states or its fields (Schedule(remat=True), or a refactored or unrolled one)")
-    arrays = ", ".join(dict.fromkeys(product.array for product in kept))
-    tables = ", ".join(f"`{table}`" for table in dict.fromkeys(
-        product.gathered[0] for product in kept if product.gathered))
-    gathered = (f", and the rows its leaves gathered from {tables}, so that the backward reads "
-                "no table" if tables else "")
-    return (f"remat: the forward keeps each node's products for the backward ({arrays}: a "
-            "row per internal node or edge, or per distinct key of the leaves)" + gathered
-            + ", which it reads instead of recomputing them (Schedule(remat=True) recomputes)")
-
-
-def _backward_line(backward, backend):
-    if backward is None:
-        return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
-                "(the backward lowering does not take one of the cell's constructs yet)")
-    key = backward.kernel.group_key
-    grouped = (f"; the leaves' rows are summed by `{key}` (by tree and `{key}` for per-tree "
-               "gradients) before their products and gradients, once a group" if key else "")
-    if backend == "cpu":
-        reordered = ("; a node's per-child work runs after its own values, child by child "
-                     "with the elements innermost (`vals_...` rows)"
-                     if backward.children_after else "")
-        sums = "; it sums each bias's rows at its end" if gradient_sums(backward.kernel) else ""
-        return ("the backward is one call of the numba parallel kernel above" + reordered
-                + grouped + sums + "; the host then multiplies each weight's rows (Σ a ⊗ b as "
-                "one product over the nodes, with the kernels' own products) and sums a "
-                "table's gathered rows by row (per tree, every gradient's rows tree by tree)")
-    return (f"the backward is the kernel above on the GPU ({backward.describe()})" + grouped
-            + "; the host sums the rows of the other gradients, and every weight's rows for "
-            "per-tree gradients")
 
 
 def _source_functions(cell):
@@ -812,32 +743,6 @@ def _unpickled_model():
     """An empty model for `__setstate__` to fill: pickle records it before its state, so a
     cell that calls itself (its function's globals hold the model) refers back to it."""
     return RecursiveModel.__new__(RecursiveModel)
-
-
-def _outside_line(analysis):
-    """What `explain` says of the names the cell reads from outside its body: every run checks
-    them, and compiles again where one changed. Numbers and lists are shown with their
-    values."""
-    outside = analysis.usage.outside
-    shown = []
-    for name, value in zip(outside.names, outside.values()):
-        constant = isinstance(value, (int, float, str, tuple, list))
-        shown.append(str(name) + (f" = {value!r}" if constant else ""))
-    return ("names read from outside the cell (a run compiles again where one changed): "
-            + (", ".join(shown) if shown else "none"))
-
-
-def _traffic_line(compiled, p, batch_sizes):
-    """What `explain` says of the bytes an internal batch moves (an estimate from the ILIR)."""
-    shapes = weight_shapes({name: shape_and_dtype(getattr(p, name))[0]
-                            for name in compiled.cell.parameters})
-    itemsize = np.dtype(compiled.cell.dtype).itemsize
-    weights, per_node = batch_traffic(compiled.kernel, shapes, itemsize)
-    mean = float(np.mean(batch_sizes)) if batch_sizes.size else 0.0
-    return (f"bytes moved per internal batch (estimated): {weights / 1024:.1f} KiB of weights "
-            f"+ {per_node / 1024:.2f} KiB per node (states, children's states, products' "
-            f"inputs and outputs; scratch indexed densely by slot); this forest's mean batch "
-            f"of {mean:.1f} nodes moves {(weights + mean * per_node) / 1024:.1f} KiB")
 
 
 def backend_kernel(backend, kernel, fast_math, schedule, parameters):
@@ -945,21 +850,3 @@ def check_finite_inputs(cell, forest, p):
             where = f"node {index[0]}, " if what.startswith("field") else ""
             raise InputError(f"{what} holds {values[index]} at {where}index {index}; "
                              "check_finite=True refuses NaN and infinite inputs")
-
-
-def _add_jacobian_rows(pullback, forest, output, wrt, gathered, first, count, jacobian):
-    """Adds rows `first`..`first + count` of a jacobian (over state `output`'s elements) to
-    `jacobian` (nodes, elements, *the field's or row's shape), from a pullback of the forest
-    taken `count` times (`Forest.concat`: node n of copy k is its node k · nodes + n): copy
-    k's roots get element first + k's unit cotangent. Each node's gradient goes straight to
-    its place, with no array of the copies' rows first: a jacobian is hundreds of MB."""
-    cell = pullback.cell
-    shape = cell.state_shapes[output]
-    units = np.zeros((count, int(np.prod(shape))), dtype=cell.dtype)
-    units[np.arange(count), first + np.arange(count)] = 1
-    roots = [None] * len(cell.state_shapes)
-    roots[output] = np.repeat(units, forest.roots.size, axis=0).reshape((-1,) + shape)
-    sink = pullback.backward(roots=tuple(roots) if cell.state_is_tuple else roots[0])
-    for nodes, values in sink.parts_by_node(wrt, gathered):
-        copy, node = np.divmod(nodes, forest.num_nodes)
-        jacobian[node, first + copy] += values.reshape((-1,) + jacobian.shape[2:])

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import recjit as rj
+from recjit.autodiff import jacobian as jacobian_module
 from recjit.codegen_cpu import calls
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from gru import gru, make_params as gru_params
@@ -459,7 +460,7 @@ def test_a_root_listed_twice_takes_both_of_its_cotangents():
 @pytest.mark.parametrize("wrt", ["x", "E"], ids=["a field", "gathered rows"])
 def test_a_jacobians_rows_are_the_pullbacks_of_unit_cotangents(wrt, nodes_at_once,
                                                                monkeypatch):
-    monkeypatch.setattr(rj.model, "JACOBIAN_NODES", nodes_at_once)
+    monkeypatch.setattr(jacobian_module, "JACOBIAN_NODES", nodes_at_once)
     forest = rj.Forest.from_nested([((0, 1), 2), (3, (4, 5))])
     forest.fields["x"] = np.random.default_rng(4).normal(size=(forest.num_nodes, 2))
     p = fielded_params(4)

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before NumPy loads OpenBLAS
 
@@ -554,7 +555,8 @@ def jacobian_rows(batches, initial, rounds):
 
 def backward_memory(forest, initial):
     """Bytes the backward allocates beyond the forward's states, against the forward's states
-    plus the gradients."""
+    plus the gradients, counted from the arrays; and the peaks measured (`traced_peak`) of a
+    run whose nodes' states are read and of a step's vjp, nodes' states and pullback."""
     params = rj.Params(**{name: initial[name] for name in CELL_PARAMETERS})
     out, pullback = child_sum_tree_lstm.vjp(forest, params)
     states = sum(state.nbytes for state in out.nodes)
@@ -566,11 +568,34 @@ def backward_memory(forest, initial):
               for output in kernel.gradients}  # a bias reads its weight's vector: one array
     effect_rows = sum(arrays.values())
     products = sum(array.nbytes for array in pullback.kept.values())
+
+    def step():
+        result, pullback = child_sum_tree_lstm.vjp(forest, params)
+        return pullback(nodes=(np.ones_like(result.nodes[0]), None))
+
+    run_peak = traced_peak(lambda: child_sum_tree_lstm.run(forest, params).nodes)
+    step_peak = traced_peak(step)
     return {"forward states bytes": states, "dense gradients bytes": gradients,
             "cotangents bytes": states, "per-node rows bytes": effect_rows,
             "kept products bytes": products,
             "backward / (forward + gradients)": (2 * states + effect_rows + products
-                                                 + gradients) / (states + gradients)}
+                                                 + gradients) / (states + gradients),
+            "measured peak of a run bytes": run_peak,
+            "measured peak of a step bytes": step_peak,
+            "measured: step / (run + gradients)": step_peak / (run_peak + gradients)}
+
+
+def traced_peak(call):
+    """The most bytes `call` held at once, after a first call (which compiles): what Python
+    and NumPy allocate (tracemalloc), the kernels' own scratch aside (numba's allocations,
+    which tracemalloc does not see: the packed weights, a batch's packed rows)."""
+    call()
+    tracemalloc.start()
+    try:
+        call()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
 
 
 def necessary_work(batches, initial):

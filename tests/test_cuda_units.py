@@ -1,5 +1,8 @@
 """Which products split their rows by hidden units and which barriers become a block's
-(`codegen_cuda/units.py`), on small ILIR kernels written by hand: no kernel is compiled."""
+(`codegen_cuda/units.py`), and which arrays a parallel loop launched on its own takes
+(`codegen_cuda.emit.free_names`), on small ILIR kernels written by hand: no kernel is
+compiled."""
+from recjit.codegen_cuda.emit import free_names
 from recjit.codegen_cuda.units import split_units
 from recjit.lowering.ilir import (Barrier, BinOp, Const, If, Kernel, Let, Load, Loop, LoopRole,
                                   MatMul, Store, Var)
@@ -89,3 +92,13 @@ def test_a_batch_loop_that_packs_again_only_after_the_grid_meets_needs_a_block_b
     loop = Loop("b", Var("count"), Const(-1), batch, LoopRole.BATCHES, step=-1)
     split = split_units(kernel(loop), WEIGHTS)
     assert block_barriers(split, split.kernel_body.inner(0)) == [3]
+
+
+def test_a_loop_launched_on_its_own_takes_what_a_branch_inside_it_reads():
+    def copy(source, target):
+        return (Store(target, (Var("node"), Const(0)), Load(source, (Var("node"), Const(0)))),)
+
+    branch = If(BinOp(">", Var("count"), Const(4)), copy("field_x", "state_0"),
+                copy("field_y", "state_1"))
+    loop = Loop("slot", Const(0), Var("count"), (Let("node", Var("slot")), branch), LoopRole.NODES)
+    assert free_names(loop) == ["count", "state_0", "field_x", "state_1", "field_y"]

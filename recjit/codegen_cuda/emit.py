@@ -22,7 +22,7 @@ the end of a launch is the barrier."""
 from dataclasses import dataclass
 
 from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
-                             Load, Loop, MatMul, StatementVisitor, Store, Var, nodes)
+                             Load, Loop, MatMul, StatementVisitor, Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.backward import gradient_sums
 from ..lowering.pysource import PythonExpressions
@@ -570,56 +570,88 @@ def emit_fused(kernel, fast_math, header, plan, launch_bound):
 def free_names(statement):
     """The names a statement reads that it does not bind itself: its kernel's arguments when
     it runs as a launch of its own."""
-    used, bound = [], set()
-
-    def note(name):
-        if name not in bound and name not in used:
-            used.append(name)
-
-    def read(node):
-        if isinstance(node, Var):
-            note(node.name)
-        elif isinstance(node, Load):
-            note(node.array)
-            for index in node.index:
-                read(index)
-        elif isinstance(node, BinOp):
-            read(node.left)
-            read(node.right)
-        elif isinstance(node, Call):
-            for argument in node.args:
-                read(argument)
-
-    def visit(body):
-        for item in body:
-            if isinstance(item, Loop):
-                read(item.start)
-                read(item.stop)
-                bound.add(item.var)
-                visit(item.body)
-            elif isinstance(item, Let):
-                read(item.value)
-                bound.add(item.name)
-            elif isinstance(item, Store):
-                note(item.array)
-                for index in item.index:
-                    read(index)
-                read(item.value)
-            elif isinstance(item, Alloc):  # inside a one-worker item: the block's slice
-                note(f"{item.name}_blocks")
-                bound.add(item.name)
-            elif isinstance(item, MatMul):
-                for name in (item.weight, item.x, item.y):
-                    note(name)
-                for bound_expression in (item.rows, item.x_row, item.y_row):
-                    if bound_expression is not None:
-                        read(bound_expression)
-
-    visit([statement])
+    names = _FreeNames()
+    names.visit(statement)
+    used = names.used
     if isinstance(statement, Loop) and statement.parallel:
         element = element_extent(statement.body)[1]
         used = [name for name in used if name not in (statement.var, element)]
     return used
+
+
+class _FreeNames(StatementVisitor):
+    """`free_names`' walk: every kind of statement has its rule, so that a new kind cannot
+    leave an array it reads out of a launch's arguments."""
+
+    def __init__(self):
+        self.used, self.bound = [], set()
+
+    def note(self, name):
+        if name not in self.bound and name not in self.used:
+            self.used.append(name)
+
+    def read(self, expression):
+        if isinstance(expression, Var):
+            self.note(expression.name)
+        elif isinstance(expression, Load):
+            self.note(expression.array)
+            for index in expression.index:
+                self.read(index)
+        elif isinstance(expression, BinOp):
+            self.read(expression.left)
+            self.read(expression.right)
+        elif isinstance(expression, Call):
+            for argument in expression.args:
+                self.read(argument)
+
+    def visit_Loop(self, statement):
+        self.read(statement.start)
+        self.read(statement.stop)
+        self.bound.add(statement.var)
+        self.visit_all(statement.body)
+
+    def visit_If(self, statement):
+        self.read(statement.condition)
+        self.visit_all(statement.body)
+        self.visit_all(statement.orelse)
+
+    def visit_Let(self, statement):
+        self.read(statement.value)
+        self.bound.add(statement.name)
+
+    def visit_Store(self, statement):
+        self.note(statement.array)
+        for index in statement.index:
+            self.read(index)
+        self.read(statement.value)
+
+    def visit_Alloc(self, statement):  # inside a one-worker item: the block's slice
+        self.note(f"{statement.name}_blocks")
+        self.bound.add(statement.name)
+
+    def visit_MatMul(self, statement):
+        for name in (statement.weight, statement.x, statement.y):
+            self.note(name)
+        for bound_expression in (statement.rows, statement.x_row, statement.y_row):
+            if bound_expression is not None:
+                self.read(bound_expression)
+
+    def visit_PackedProducts(self, statement):
+        self.visit_all(statement.products)
+
+    def visit_RangeShare(self, statement):
+        self.read(statement.count)
+
+    def visit_GradientSum(self, statement):
+        for name in (statement.a, statement.b, statement.total):
+            if name is not None:
+                self.note(name)
+
+    def visit_Barrier(self, statement):
+        """A barrier reads nothing."""
+
+    def visit_Comment(self, statement):
+        """A comment reads nothing."""
 
 
 def emit_unfused(kernel, fast_math, header, launch_bound):

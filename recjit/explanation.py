@@ -22,6 +22,8 @@ class Explanation(str):
 
 
 def remat_line(kept):
+    """What `explain(grad=True)` says of the products the forward keeps for the backward
+    (`Kernel.kept`)."""
     if not kept:
         return ("remat: the backward recomputes each node's products from its children's "
                 "states or its fields (Schedule(remat=True), or a refactored or unrolled one)")
@@ -36,6 +38,8 @@ def remat_line(kept):
 
 
 def backward_line(backward, backend):
+    """What `explain(grad=True)` says of how the backward runs on `backend`: `backward`, its
+    compiled kernel, or None where the adjoint is interpreted."""
     if backward is None:
         return ("the backward is interpreted: NumPy evaluates the adjoint a batch at a time "
                 "(the backward lowering does not take one of the cell's constructs yet)")

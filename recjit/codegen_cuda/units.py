@@ -25,9 +25,9 @@ any path from the barrier to the next that is surely the grid's (TreeGRU's packe
 rewritten in the next batch only after the grid has met)."""
 from dataclasses import dataclass, field
 
-from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, GradientSum,
-                             If, Let, Load, Loop, MatMul, Statements, Store, Var, add, nodes,
-                             walk)
+from ..lowering.ilir import (Alloc, ArgumentRole, Barrier, BinOp, Comment, Const, If, Let,
+                             Load, Loop, MatMul, StatementVisitor, Statements, Store, Var, add,
+                             nodes, walk)
 
 
 def element_extent(body):
@@ -251,29 +251,54 @@ def _accesses(body, reads, writes, loop, item=None):
     {array: [the statements writing it]}, from `body` inside the parallel loop `loop`. Inside
     an unrolled item (`item`, a one-worker loop), the item's block does it all: the item is
     recorded as the statement, and its loads as read outside any parallel loop."""
-    for statement in body:
-        if isinstance(statement, Loop) and statement.one_worker:
-            _accesses(statement.body, reads, writes, None, statement)
-        elif isinstance(statement, Loop):
-            _read((statement.start, statement.stop), reads, loop)
-            inner = statement if statement.parallel and loop is None and item is None else loop
-            _accesses(statement.body, reads, writes, inner, item)
-        elif isinstance(statement, If):
-            _read((statement.condition,), reads, loop)
-            _accesses(statement.body + statement.orelse, reads, writes, loop, item)
-        elif isinstance(statement, MatMul):
-            writes.setdefault(statement.y, []).append(item or statement)
-            reads.setdefault(statement.x, []).append((None, None))
-            _read((statement.rows, statement.x_row, statement.y_row), reads, loop)
-        elif isinstance(statement, GradientSum):
-            writes.setdefault(statement.total, []).append(statement)
-            for array in filter(None, (statement.a, statement.b)):
-                reads.setdefault(array, []).append((None, None))
-        elif isinstance(statement, Let):
-            _read((statement.value,), reads, loop)
-        elif isinstance(statement, Store):
-            writes.setdefault(statement.array, []).append(item or statement)
-            _read(statement.index + (statement.value,), reads, loop)
+    _Accesses(reads, writes).visit_all(body, loop, item)
+
+
+class _Accesses(StatementVisitor):
+    """`_accesses`' walk, a rule for every kind of statement: a kind it passed over could hide
+    a read from the barriers' reasoning, and a block's barrier would then stand where the
+    grid must meet."""
+
+    def __init__(self, reads, writes):
+        self.reads, self.writes = reads, writes
+
+    def visit_Loop(self, statement, loop, item):
+        if statement.one_worker:
+            self.visit_all(statement.body, None, statement)
+            return
+        _read((statement.start, statement.stop), self.reads, loop)
+        inner = statement if statement.parallel and loop is None and item is None else loop
+        self.visit_all(statement.body, inner, item)
+
+    def visit_If(self, statement, loop, item):
+        _read((statement.condition,), self.reads, loop)
+        self.visit_all(statement.body + statement.orelse, loop, item)
+
+    def visit_MatMul(self, statement, loop, item):
+        self.writes.setdefault(statement.y, []).append(item or statement)
+        self.reads.setdefault(statement.x, []).append((None, None))
+        _read((statement.rows, statement.x_row, statement.y_row), self.reads, loop)
+
+    def visit_GradientSum(self, statement, loop, item):
+        self.writes.setdefault(statement.total, []).append(statement)
+        for array in filter(None, (statement.a, statement.b)):
+            self.reads.setdefault(array, []).append((None, None))
+
+    def visit_Let(self, statement, loop, item):
+        _read((statement.value,), self.reads, loop)
+
+    def visit_Store(self, statement, loop, item):
+        self.writes.setdefault(statement.array, []).append(item or statement)
+        _read(statement.index + (statement.value,), self.reads, loop)
+
+    def visit_Alloc(self, statement, loop, item):
+        """Scratch allocated: nothing read or written yet."""
+
+    def visit_Barrier(self, statement, loop, item):
+        """A barrier reads and writes nothing."""
+
+    def visit_Comment(self, statement, loop, item):
+        """A comment reads and writes nothing."""
 
 
 def _read(expressions, reads, loop):

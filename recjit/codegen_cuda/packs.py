@@ -125,8 +125,9 @@ def _candidate(body, index, widths, readers, tile_columns):
     meeting before it aside); else None."""
     pack = body[index]
     if not (isinstance(pack, Loop) and pack.parallel and not pack.one_worker
-            and index + 2 < len(body) and isinstance(body[index + 1], Barrier)):
-        return None
+            and index + 2 < len(body) and isinstance(body[index + 1], Barrier)
+            and all(isinstance(inner, (Let, Store, Loop, If)) for inner in walk(pack.body))):
+        return None  # a pack's rows are read off its stores: anything else writing, no pack
     element = element_extent(pack.body)[1]
     following = []
     for position in range(index + 2, len(body)):

@@ -21,8 +21,8 @@ function runs the rest of the body (the batch loop, the scalars) and launches th
 the end of a launch is the barrier."""
 from dataclasses import dataclass
 
-from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, BinOp, Call, Const, If, Let,
-                             Load, Loop, MatMul, StatementVisitor, Var, nodes)
+from ..lowering.ilir import (Alloc, ArgumentRole, BarrierScope, Call, Const, If, Let, Load,
+                             Loop, MatMul, StatementVisitor, Var, nodes)
 from ..lowering.activations import fast_tanh_and_sigmoid
 from ..lowering.backward import gradient_sums
 from ..lowering.pysource import PythonExpressions
@@ -590,23 +590,14 @@ class _FreeNames(StatementVisitor):
         if name not in self.bound and name not in self.used:
             self.used.append(name)
 
-    def read(self, expression):
-        if isinstance(expression, Var):
-            self.note(expression.name)
-        elif isinstance(expression, Load):
-            self.note(expression.array)
-            for index in expression.index:
-                self.read(index)
-        elif isinstance(expression, BinOp):
-            self.read(expression.left)
-            self.read(expression.right)
-        elif isinstance(expression, Call):
-            for argument in expression.args:
-                self.read(argument)
+    def read(self, expressions):
+        """Note the names and arrays that `expressions` (an expression, a tuple of them, or
+        None) read, in the order they appear."""
+        for node in nodes(expressions, (Var, Load)):
+            self.note(node.name if isinstance(node, Var) else node.array)
 
     def visit_Loop(self, statement):
-        self.read(statement.start)
-        self.read(statement.stop)
+        self.read((statement.start, statement.stop))
         self.bound.add(statement.var)
         self.visit_all(statement.body)
 
@@ -621,9 +612,7 @@ class _FreeNames(StatementVisitor):
 
     def visit_Store(self, statement):
         self.note(statement.array)
-        for index in statement.index:
-            self.read(index)
-        self.read(statement.value)
+        self.read(statement.index + (statement.value,))
 
     def visit_Alloc(self, statement):  # inside a one-worker item: the block's slice
         self.note(f"{statement.name}_blocks")
@@ -632,9 +621,7 @@ class _FreeNames(StatementVisitor):
     def visit_MatMul(self, statement):
         for name in (statement.weight, statement.x, statement.y):
             self.note(name)
-        for bound_expression in (statement.rows, statement.x_row, statement.y_row):
-            if bound_expression is not None:
-                self.read(bound_expression)
+        self.read((statement.rows, statement.x_row, statement.y_row))
 
     def visit_PackedProducts(self, statement):
         self.visit_all(statement.products)

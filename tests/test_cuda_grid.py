@@ -4,6 +4,7 @@ the grid barriers between phases. Without a GPU, numba's simulator runs one bloc
 cooperative launch, so these tests patch it to run the blocks at once (`simulated_grid`); on
 a GPU, the other CUDA tests already run on every multiprocessor."""
 import contextlib
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,8 +14,9 @@ from numba import cuda
 import recjit as rj
 from recjit import codegen_cuda
 from recjit.codegen_cuda import device, runtime
-from recjit.codegen_cuda.units import UnitSplit
-from recjit.lowering.ilir import MatMul, RangeShare, walk
+from recjit.codegen_cuda.packs import block_packs
+from recjit.codegen_cuda.units import UnitSplit, split_units
+from recjit.lowering.ilir import Loop, MatMul, RangeShare, Var, walk
 from dag_rnn import dag_rnn, grids, make_params as dag_rnn_params
 from lstm import lstm, make_params as lstm_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
@@ -337,6 +339,33 @@ def test_without_block_packs_the_grid_packs_and_meets_before_the_products():
         assert not kernel.plan.packs.arrays and "multiply_tile(" not in kernel.source
         assert "grid.sync()  # barrier: the products read the packed inputs" in kernel.source
     check(3, tree_rnn, forest, p, schedule)
+
+
+
+def test_a_pack_loop_holding_a_product_that_writes_the_packed_rows_is_left_to_the_grid():
+    """A block's pack is read off the pack loop's stores: a product inside the loop writing
+    the same packed rows is a write that reading would never see, so neither product of
+    TreeRNN's pack loop packs per block then."""
+    forest = rj.Forest.perfect(3, num_trees=2)
+    p = tree_rnn_params(5, 1000, "float64", 10)
+    schedule = rj.Schedule(refactor=False, stage_products=True)
+    with grid_of(3, tree_rnn):
+        compiled = tree_rnn.compile(forest, p, "cuda", schedule).backend_kernel
+    kernel, tile_columns = compiled.kernel, compiled.plan.tile[1]
+    split = split_units(kernel, compiled.weight_shapes)
+    assert len(block_packs(kernel, split, tile_columns)[0].products) == 2
+    pack = next(iter(compiled.plan.packs.products.values()))
+    packed = next(iter(compiled.plan.packs.arrays))
+    writer = MatMul("p_W", "state_0", packed, Var("count"), 32)
+
+    def with_writer(body):
+        return tuple(replace(statement, body=statement.body + (writer,)) if statement == pack.loop
+                     else replace(statement, body=with_writer(statement.body))
+                     if isinstance(statement, Loop) else statement for statement in body)
+
+    changed = replace(kernel, body=with_writer(kernel.body))
+    assert block_packs(changed, split_units(changed, compiled.weight_shapes),
+                       tile_columns)[0].products == {}
 
 
 # Models whose batches have a block barrier: (model, its parameters, its structure).

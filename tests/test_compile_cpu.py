@@ -380,12 +380,15 @@ def ternary_forests(draw_words):
     return rj.Forest.from_nested([((1, 2, 3), 4, (5, (6, 7, 8), 9)), (draw_words, 1, 2)])
 
 
+def ternary_params(seed):
+    rng = np.random.default_rng(seed)
+    return rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
+                     U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
+
+
 @given(st.integers(0, VOCAB - 1), seeds)
 def test_a_fixed_arity_3_model_indexes_counts_and_loops_over_its_children(word, seed):
-    rng = np.random.default_rng(seed)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
-                  U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
-    forest = ternary_forests(word)
+    p, forest = ternary_params(seed), ternary_forests(word)
     assert_same_result(ternary.run(forest, p), ternary.reference(forest, p))
 
 
@@ -405,10 +408,7 @@ def zipped_children(node, p):
 
 @given(st.integers(0, VOCAB - 1), seeds)
 def test_zip_and_enumerate_over_children_and_their_states_equal_reference(word, seed):
-    rng = np.random.default_rng(seed)
-    p = rj.Params(E=rng.normal(size=(VOCAB, 5)), W=rng.normal(size=(5, 5)) / 2,
-                  U=rng.normal(size=(5, 5)) / 2, b=rng.normal(size=5))
-    forest = ternary_forests(word)
+    p, forest = ternary_params(seed), ternary_forests(word)
     assert_same_result(zipped_children.run(forest, p), zipped_children.reference(forest, p))
 
 

@@ -3,7 +3,9 @@
 `apply(model, forest, params)` runs a recursive model on tensors and returns a `Result` whose
 `.roots` and `.nodes` are tuples of tensors, differentiable with respect to every tensor it
 was given: an `autograd.Function` whose forward is `model.vjp` and whose backward is its
-pullback. `Module(model, **initial)` holds the parameters as `nn.Parameter`s.
+pullback (where nothing is to be differentiated, under `torch.no_grad()` or with no tensor
+that requires grad, a plain `model.run`). `Module(model, **initial)` holds the parameters as
+`nn.Parameter`s.
 
 CPU tensors go in and come out without a copy (NumPy views of the same memory); with
 `backend="cuda"` the forward and the backward compute on the GPU from them. CUDA tensors
@@ -66,7 +68,10 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     device = _device_of(inputs, backend)
     layout = _Layout(model, forest, tuple(inputs), sparse,
                      "cuda" if device.type == "cuda" else backend or "cpu", device)
-    outputs = _RecursiveFunction.apply(layout, *tensors)
+    if torch.is_grad_enabled() and any(tensor.requires_grad for tensor in tensors):
+        outputs = _RecursiveFunction.apply(layout, *tensors)
+    else:  # nothing to differentiate (torch.no_grad(), an evaluation): a run, no pullback
+        outputs = layout.run(tensors)
     count = len(outputs) // 2
     return Result(nodes=tuple(outputs[:count]), roots=tuple(outputs[count:]))
 
@@ -212,6 +217,19 @@ class _Layout:
                             {**forest.fields, **fields}, forest.kind)
         return (DeviceParams if on_gpu else Params)(**params), forest, tuple(context)
 
+    def outputs(self, result):
+        """The states of a `recjit.Result`, every node's then the roots', as tensors on the
+        device."""
+        return tuple(torch.from_numpy(np.ascontiguousarray(state)).to(self.device)
+                     for state in result.nodes + result.roots)
+
+    def run(self, tensors):
+        """The states `model.run` gives for `tensors`: where nothing is differentiated, no
+        products are kept and no parameters copied for a pullback."""
+        params, forest, context = self.arguments(tensors)
+        return self.outputs(self.model.run(forest, params, backend=self.backend,
+                                           context=context))
+
 
 class _RecursiveFunction(torch.autograd.Function):
     """forward: `model.vjp`'s result as tensors; backward: its pullback's gradients, each
@@ -228,8 +246,7 @@ class _RecursiveFunction(torch.autograd.Function):
         ctx.versions = tuple((kind, name, tensor, tensor._version)
                              for (kind, name), tensor in zip(tensor_inputs, tensors))
         ctx.set_materialize_grads(False)
-        return tuple(torch.from_numpy(np.ascontiguousarray(state)).to(layout.device)
-                     for state in result.nodes + result.roots)
+        return layout.outputs(result)
 
     @staticmethod
     def backward(ctx, *cotangents):

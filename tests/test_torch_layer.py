@@ -51,6 +51,30 @@ def test_autograd_through_a_layer_gives_the_pullbacks_gradients(forest, seed):
                                    rtol=1e-10, atol=1e-12, err_msg=name)
 
 
+@pytest.mark.parametrize("nothing_differentiated", ["under no_grad", "no tensor requires grad"])
+def test_a_call_with_nothing_to_differentiate_runs_the_model_without_a_vjp(
+        nothing_differentiated, monkeypatch):
+    """An evaluation keeps no products and copies no parameters for a pullback it never
+    calls."""
+    forest = rj.Forest.random_binary(2, seed=1, mean_leaves=4, vocab_size=VOCAB)
+    layer = module()
+    expected = layer(forest)
+
+    def refused(*arguments, **keywords):
+        raise AssertionError("vjp was called")
+
+    monkeypatch.setattr(child_sum_tree_lstm, "vjp", refused)
+    if nothing_differentiated == "under no_grad":
+        with torch.no_grad():
+            out = layer(forest)
+    else:
+        out = rj.torch.apply(child_sum_tree_lstm, forest,
+                             {name: value.detach() for name, value in layer.named_parameters()})
+    for got, want in zip(out.nodes + out.roots, expected.nodes + expected.roots):
+        assert not got.requires_grad
+        np.testing.assert_allclose(got.numpy(), want.detach().numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_a_gathered_tables_gradient_is_sparse_when_asked_and_dense_otherwise():
     forest = rj.Forest.random_binary(2, seed=0, mean_leaves=4, vocab_size=VOCAB)
     gradients = {}

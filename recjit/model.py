@@ -825,6 +825,9 @@ def _weight_shapes(parameters):
 
 
 def _require_forest(forest):
+    if isinstance(forest, Prepared):
+        raise InputError("a forest that prepare() made ready is for run() alone: pass the "
+                         "forest itself here (prepared.forest)")
     if not isinstance(forest, Forest):
         raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
 

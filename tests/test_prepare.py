@@ -76,3 +76,12 @@ def test_an_empty_prepared_forest_runs_to_an_empty_result():
     p = make_params(HIDDEN, VOCAB, "float64")
     result = tree_lstm.run(tree_lstm.prepare(rj.Forest.from_nested([]), p), p)
     assert [state.shape for state in result.nodes] == [(0, HIDDEN), (0, HIDDEN)]
+
+
+@pytest.mark.parametrize("call", ["vjp", "reference", "prepare"])
+def test_a_prepared_forest_given_to_another_method_is_refused_saying_what_to_pass(call):
+    forest, p = rj.Forest.from_nested([(1, 2)]), make_params(HIDDEN, VOCAB, "float64")
+    prepared = tree_lstm.prepare(forest, p)
+    with pytest.raises(rj.InputError, match=r"for run\(\) alone: pass the forest itself here "
+                                            r"\(prepared.forest\)"):
+        getattr(tree_lstm, call)(prepared, p)

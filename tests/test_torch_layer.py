@@ -438,6 +438,22 @@ def test_cuda_tensors_give_the_cpu_tensors_states_and_gradients_on_their_device(
 
 
 @needs_cuda_torch
+def test_a_cuda_module_under_no_grad_runs_on_the_gpu_without_a_vjp(monkeypatch):
+    forest = rj.Forest.from_ptb(["(3 (2 (1 a) (3 b)) (4 c))", "(0 (1 d) (0 (2 e) (1 f)))"])
+    expected = module()(forest)
+
+    def refused(*arguments, **keywords):
+        raise AssertionError("vjp was called")
+
+    monkeypatch.setattr(child_sum_tree_lstm, "vjp", refused)
+    with torch.no_grad():
+        out = module().to("cuda")(forest)
+    for got, want in zip(out.nodes + out.roots, expected.nodes + expected.roots):
+        assert got.device.type == "cuda"
+        np.testing.assert_allclose(got.cpu().numpy(), want.detach().numpy(), rtol=1e-12)
+
+
+@needs_cuda_torch
 def test_a_cuda_modules_dense_gradients_stay_on_the_device(monkeypatch):
     """The backward asks the pullback for its dense gradients on the GPU, where the compiled
     backward sums them, not for a copy to the host and back."""

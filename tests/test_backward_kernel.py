@@ -16,7 +16,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from recjit.codegen_cpu import calls, runtime
+from recjit.codegen_cpu import calls, runtime, sum_of_outer_products
 from recjit.codegen_cpu.runtime import panel_width
 from recjit.codegen_cpu.child_loops import children_after
 from recjit.lowering.arguments import leaf_groups
@@ -414,9 +414,11 @@ def test_a_weight_gradient_is_the_sum_of_its_outer_products_in_either_orientatio
         assert gradient.flags.c_contiguous
 
 
-@pytest.mark.parametrize("rows", [37, 2 * calls.WEIGHT_GRADIENT_CHUNK + 300],
-                         ids=["one product", "in chunks"])
-def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows):
+@pytest.mark.parametrize("rows, product", [
+    (37, lambda workers, a, b, y: calls.weight_gradient(workers, a, b, y, 32)),
+    (2 * calls.WEIGHT_GRADIENT_CHUNK + 300, calls.weight_gradient_by_chunks)],
+    ids=["one product", "in chunks"])
+def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows, product):
     """The same sums, to the bit, from one worker or two: a process forked after a run
     computes on one thread, and `torch.autograd.gradcheck` asks a backward twice for one
     answer. a's 20 columns are two whole float64 panels and a padded one; b's 50 rows split
@@ -427,8 +429,8 @@ def test_a_weight_gradient_does_not_depend_on_how_many_workers_share_it(rows):
     rng = np.random.default_rng(5)
     a_rows, b_rows = rng.normal(size=(rows, 20)), rng.normal(size=(rows, 50))
     products = [np.empty((50, 20)) for _ in range(2)]
-    for workers, product in zip((1, 2), products):
-        calls.weight_gradient(workers, a_rows, b_rows, product, 32)
+    for workers, y in zip((1, 2), products):
+        product(workers, a_rows, b_rows, y)
     np.testing.assert_array_equal(products[0], products[1])
     np.testing.assert_allclose(products[0], b_rows.T @ a_rows, rtol=1e-12)
 
@@ -450,7 +452,7 @@ def test_a_weight_gradient_over_rows_in_few_cache_sets_reads_them_apart_with_the
     assert not calls.rows_in_few_sets(apart[:, :b_width])
     products = [np.empty((b_width, 40)) for _ in range(2)]
     for b, product in zip((b_rows, apart[:, :b_width]), products):
-        calls.weight_gradient(2, a_rows, b, product, 32)
+        sum_of_outer_products(a_rows, b, product, 32)
     np.testing.assert_array_equal(products[0], products[1])
     np.testing.assert_allclose(products[0], b_rows.T @ a_rows, rtol=1e-12, atol=1e-12)
 

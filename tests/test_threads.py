@@ -141,6 +141,46 @@ if __name__ == '__main__':
 """
 
 
+FORKED_PRODUCTS = """
+import concurrent.futures, multiprocessing
+import numpy as np
+from recjit.codegen_cpu import calls, sum_of_outer_products
+
+rng = np.random.default_rng(0)
+many = rng.normal(size=(2 * calls.WEIGHT_GRADIENT_CHUNK + 300, 20)), rng.normal(size=(
+    2 * calls.WEIGHT_GRADIENT_CHUNK + 300, 50))  # in chunks
+aliased = rng.normal(size=(calls.APART_FROM_ROWS, 20)), rng.normal(size=(
+    calls.APART_FROM_ROWS, 128))  # b's rows 1 KiB apart: read from a copy
+
+
+def products(_):
+    calls.export(np.float64)
+    ys = [np.empty((b.shape[1], a.shape[1])) for a, b in (many, aliased)]
+    for (a, b), y in zip((many, aliased), ys):
+        sum_of_outer_products(a, b, y, 32)
+    return ys
+
+
+if __name__ == '__main__':
+    expected = products(None)  # the parent's products start OpenMP's threads
+    context = multiprocessing.get_context('fork')
+    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+        got = pool.submit(products, None).result(timeout=240)
+    print(max(float(np.abs(g - e).max()) for g, e in zip(got, expected)))
+"""
+
+
+def test_a_process_forked_after_a_run_sums_weight_gradients_in_chunks_and_rows_apart():
+    """The backward's host products that take more than one parallel function (MV-RNN's W_M
+    over many nodes, rows that lie in few cache sets) each run serially in the child too: a
+    parallel one called from another's serial twin killed the child."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", FORKED_PRODUCTS], cwd=root,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert float(result.stdout.split()[-1]) <= 1e-12
+
+
 def test_a_process_forked_after_a_run_runs_models_and_their_gradients():
     """multiprocessing's default on Linux, and a DataLoader worker's: the child runs each
     kernel compiled serially, where numba would have killed it, and gets the parent's

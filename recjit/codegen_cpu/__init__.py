@@ -18,9 +18,29 @@ from .launch import Launcher
 guard_caches(runtime)
 key_caches_by(calls, runtime)
 _weight_gradient = Launcher(calls.weight_gradient, "recjit_cpu_weight_gradient")
+_weight_gradient_by_chunks = Launcher(calls.weight_gradient_by_chunks,
+                                      "recjit_cpu_weight_gradient_by_chunks")
+_apart_rows = Launcher(calls.apart_rows, "recjit_cpu_apart_rows")
 _weight_gradients_by_tree = Launcher(calls.weight_gradients_by_tree,
                                      "recjit_cpu_weight_gradients_by_tree")
 _segment_sums = Launcher(calls.segment_sums, "recjit_cpu_segment_sums")
+
+
+def sum_of_outer_products(a_rows, b_rows, y, row_block):
+    """y[j, i] = Σ_n a[n, i] · b[n, j] over every row n (`calls.weight_gradient`); over more
+    than two chunks of rows, a chunk at a time (`calls.weight_gradient_by_chunks`), and b's
+    rows read from a copy that puts them apart where they lie in few cache sets
+    (`calls.apart_rows`). Each is a `Launcher` of its own, chosen here: in a process forked
+    after the threads started, each runs serially (one parallel function called by another's
+    serial twin started OpenMP's threads, and numba killed the process), and a path a forest
+    never takes is never compiled."""
+    if b_rows.shape[0] >= calls.APART_FROM_ROWS and calls.rows_in_few_sets(b_rows):
+        b_rows = _apart_rows(b_rows, size=b_rows.size)
+    size = y.size * a_rows.shape[0]
+    if a_rows.shape[0] > 2 * calls.WEIGHT_GRADIENT_CHUNK:
+        _weight_gradient_by_chunks(a_rows, b_rows, y, size=size)
+    else:
+        _weight_gradient(a_rows, b_rows, y, row_block, size=size)
 
 
 @functools.cache
@@ -181,8 +201,7 @@ class CpuBackward(GeneratedKernel):
             a_rows.shape[1] * a_rows.itemsize % runtime.ALIASED_STRIDE != 0)
         weight, other = (a_rows, b_rows) if a_is_weight else (b_rows, a_rows)
         product = np.empty((other.shape[1], weight.shape[1]), dtype=self.dtype)
-        _weight_gradient(weight, other, product, self.row_block,
-                         size=product.size * weight.shape[0])
+        sum_of_outer_products(weight, other, product, self.row_block)
         return product.T if a_is_weight else product
 
     def weight_gradients_by_tree(self, a_rows, b_rows, order, bounds):

@@ -132,13 +132,8 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
     shares of whole passes of six rows, so that every row takes the pass it takes on one
     thread: the same sums on any count. Its threads are the kernels' own, so it does not
     wait on another pool's threads spinning on the same cores, as a NumPy product after a
-    kernel did. b's rows that lie in few cache sets are read from a copy that puts them
-    apart (`apart_rows`)."""
-    if b_rows.shape[0] >= APART_FROM_ROWS and rows_in_few_sets(b_rows):
-        b_rows = apart_rows(b_rows)
-    if a_rows.shape[0] > 2 * WEIGHT_GRADIENT_CHUNK:
-        _weight_gradient_by_chunks(a_rows, b_rows, y)
-        return
+    kernel did. Over many rows, or rows that lie in few cache sets, the host calls
+    `weight_gradient_by_chunks` or `apart_rows` first (`codegen_cpu.sum_of_outer_products`)."""
     weight = a_rows.T
     x = b_rows.T
     room = transposed_room(weight, True)
@@ -165,13 +160,13 @@ def weight_gradient(workers, a_rows, b_rows, y, row_block):
             _padded_product(last, x[first:end], y[first:end, whole:])
 
 
-# The nodes from which `weight_gradient` copies b's rows apart where they lie in few cache
-# sets: reading six elements of each node's row, down the nodes, a product's blocks found
-# those rows in L1 no more, and at 1,000 nodes and more the copy cost less than that.
+# The nodes from which a weight gradient's product reads b's rows from a copy that puts them
+# apart where they lie in few cache sets: reading six elements of each node's row, down the
+# nodes, a product's blocks found those rows in L1 no more, and at 1,000 nodes and more the
+# copy cost less than that.
 APART_FROM_ROWS = 960
 
 
-@numba.njit(nogil=True, cache=True)
 def rows_in_few_sets(rows):
     """Whether the rows lie a power of two of `ALIASED_STRIDE` apart (1, 2, 4 KiB...): the
     same few sets of a cache hold all of them. Three KiB apart they spread."""
@@ -181,8 +176,9 @@ def rows_in_few_sets(rows):
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)
-def apart_rows(rows):
-    """A copy of `rows` whose rows lie a cache line further apart than its columns take."""
+def apart_rows(workers, rows):
+    """A copy of `rows` whose rows lie a cache line further apart than its columns take. A
+    row a task: the same copy on any count of `workers`, which a `Launcher` passes."""
     columns = rows.shape[1]
     padded = np.empty((rows.shape[0], columns + 64 // rows.itemsize), dtype=rows.dtype)
     for row in numba.prange(rows.shape[0]):
@@ -196,12 +192,13 @@ WEIGHT_GRADIENT_CHUNK = 1024
 
 
 @numba.njit(parallel=True, fastmath=True, nogil=True, cache=True)
-def _weight_gradient_by_chunks(a_rows, b_rows, y):
+def weight_gradient_by_chunks(workers, a_rows, b_rows, y):
     """`weight_gradient` over more than two chunks of rows (MV-RNN's W_M: a row per node and
     k, 64 a node): each chunk's product into a partial of its own, the chunks shared among
     the threads, then the partials summed in order. Its one product over all the rows
     walked every row once per pass and panel, more than L2 holds: the rows came from L3
-    each time."""
+    each time. A chunk a task: the same sums on any count of `workers`, which a `Launcher`
+    passes."""
     nodes = a_rows.shape[0]
     chunks = -(-nodes // WEIGHT_GRADIENT_CHUNK)
     columns = y.shape[0]

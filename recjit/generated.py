@@ -18,7 +18,7 @@ import warnings
 
 import numba
 
-from .errors import CacheWarning
+from .errors import CacheWarning, RecJitError
 
 try:
     import fcntl
@@ -38,8 +38,19 @@ def cache_dir():
     root = os.environ.get("RECJIT_CACHE_DIR") or os.path.join(
         os.path.expanduser("~"), ".cache", "recjit")
     path = pathlib.Path(root) / "kernels"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise _unwritable(path, error) from None
     return path
+
+
+def _unwritable(path, error):
+    """The error for a cache directory this process cannot write: where generated kernels go,
+    and how to choose another."""
+    return RecJitError(f"recjit cannot write its kernel cache at {path} ({error.strerror}): "
+                       "set RECJIT_CACHE_DIR to a directory this process may write (compiled "
+                       "kernels are kept there for the next process)")
 
 
 @contextlib.contextmanager
@@ -101,9 +112,12 @@ def _read_text(path):
 def _write_atomically(path, text):
     """Write `text` to a temporary file beside `path`, then rename it: a reader sees the old
     file or the whole new one, never part of it."""
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
-                                     delete=False) as handle:
-        handle.write(text)
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp",
+                                         delete=False) as handle:
+            handle.write(text)
+    except OSError as error:
+        raise _unwritable(path.parent, error) from None
     os.utime(handle.name, (SOURCE_MTIME, SOURCE_MTIME))
     os.replace(handle.name, path)
 

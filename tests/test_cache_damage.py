@@ -164,3 +164,16 @@ def test_a_cached_function_compiles_again_when_a_module_it_calls_has_changed(tmp
     assert total() == 2
     (tmp_path / "callee.py").write_text(CALLEE.format(value=5))
     assert total() == 6
+
+
+def test_a_cache_directory_that_cannot_be_written_is_refused_naming_it(tmp_path, monkeypatch):
+    """Before any kernel compiles: the directory, why, and the variable that chooses another."""
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    monkeypatch.setenv("RECJIT_CACHE_DIR", str(blocker / "cache"))
+    for module in [m for m in sys.modules if m.startswith("recjit_generated_unwritable_")]:
+        del sys.modules[module]
+    with pytest.raises(rj.RecJitError, match=r"cannot write its kernel cache at .*a_file/cache/"
+                                             r"kernels \(Not a directory\): set "
+                                             r"RECJIT_CACHE_DIR to a directory"):
+        load_module(SOURCE, "unwritable", ())

@@ -170,23 +170,25 @@ if __name__ == '__main__':
 """
 
 
+def forked_difference(script):
+    """The largest difference between the parent's results and its forked child's that
+    `script` prints last, after it ran in a process of its own without an error."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return float(result.stdout.split()[-1])
+
+
 def test_a_process_forked_after_a_run_sums_weight_gradients_in_chunks_and_rows_apart():
     """The backward's host products that take more than one parallel function (MV-RNN's W_M
     over many nodes, rows that lie in few cache sets) each run serially in the child too: a
     parallel one called from another's serial twin killed the child."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", FORKED_PRODUCTS], cwd=root,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert float(result.stdout.split()[-1]) <= 1e-12
+    assert forked_difference(FORKED_PRODUCTS) <= 1e-12
 
 
 def test_a_process_forked_after_a_run_runs_models_and_their_gradients():
     """multiprocessing's default on Linux, and a DataLoader worker's: the child runs each
     kernel compiled serially, where numba would have killed it, and gets the parent's
     results up to rounding (a serial twin is compiled apart, with fast math)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", FORKED], cwd=root, capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert float(result.stdout.split()[-1]) <= 1e-12
+    assert forked_difference(FORKED) <= 1e-12

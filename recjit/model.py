@@ -148,6 +148,12 @@ class Prepared:
     linearized: object
     inputs: tuple  # the kernel's arguments from the forest (`backend_kernel.inputs`)
 
+    def __reduce__(self):
+        raise RecJitError("a prepared forest cannot be pickled: it holds this process's "
+                          "compiled kernel; send its forest (prepared.forest) and prepare it "
+                          "in the process that runs it (a data loader's thread, not its "
+                          "worker processes)")
+
 
 class RecursiveModel:
     def __init__(self, function, arity, kind, schedule):

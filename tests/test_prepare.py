@@ -1,6 +1,8 @@
 """`model.prepare`: everything `run` does before its kernel, done ahead (a data loader's job),
 so that `run(prepared, p)` goes straight to the kernel and still equals the reference; a
 forest prepared for other parameters, another backend or another model is refused."""
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -85,3 +87,11 @@ def test_a_prepared_forest_given_to_another_method_is_refused_saying_what_to_pas
     with pytest.raises(rj.InputError, match=r"for run\(\) alone: pass the forest itself here "
                                             r"\(prepared.forest\)"):
         getattr(tree_lstm, call)(prepared, p)
+
+
+def test_pickling_a_prepared_forest_is_refused_saying_what_to_send():
+    """A DataLoader's worker process sends its batches back pickled."""
+    forest, p = rj.Forest.from_nested([(1, 2)]), make_params(HIDDEN, VOCAB, "float64")
+    with pytest.raises(rj.RecJitError, match=r"cannot be pickled: .* send its forest "
+                                             r"\(prepared.forest\)"):
+        pickle.dumps(tree_lstm.prepare(forest, p))

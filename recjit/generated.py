@@ -58,16 +58,33 @@ def compiling(name):
     """Hold the machine-wide lock of what compiles as `name` (a file lock in the cache
     directory): processes that would compile the same kernel into an empty cache at once
     take turns, and each after the first loads what the first compiled from numba's disk
-    cache instead of compiling it again. Where there is no `fcntl` (Windows), each compiles."""
+    cache instead of compiling it again. Where there is no `fcntl` (Windows), or the file
+    system takes no locks (some NFS mounts), each compiles."""
     if fcntl is None:
         yield
         return
-    with open(cache_dir() / f"{name}.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+    path = cache_dir() / f"{name}.lock"
+    try:
+        handle = open(path, "a")  # noqa: SIM115 (the `with` below closes it)
+    except OSError as error:
+        raise _unwritable(path.parent, error) from None
+    with handle:
+        locked = _locked(handle)
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            if locked:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _locked(handle):
+    """Whether this process now holds the lock of file `handle`, waiting for it: False where
+    the file system refuses locks."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+    except OSError:
+        return False
+    return True
 
 
 def source_digest(source, runtime):

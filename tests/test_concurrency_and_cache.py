@@ -316,3 +316,22 @@ def test_a_compile_holds_a_machine_wide_lock_that_other_processes_wait_for(tmp_p
     with compiling("a_kernel"):
         assert other_process_sees() == "held"
     assert other_process_sees() == "free"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="file locks need fcntl")
+def test_a_file_system_that_takes_no_locks_compiles_without_one(tmp_path, monkeypatch):
+    """Some NFS mounts refuse flock (ENOLCK): each process then compiles, as on Windows."""
+    import errno
+    import fcntl
+
+    from recjit import generated
+    monkeypatch.setenv("RECJIT_CACHE_DIR", str(tmp_path))
+
+    def refused(handle, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", refused)
+    ran = []
+    with generated.compiling("a_kernel"):
+        ran.append(True)
+    assert ran == [True]

@@ -84,6 +84,8 @@ def test_from_edges_refuses_what_is_not_a_count_and_pairs_of_nodes(num_nodes, ed
     (lambda: rj.Forest.perfect(2.5), "height must be an int >= 0, not 2.5"),
     (lambda: rj.Forest.from_sequences([2.5]), "sequence lengths must be integers, not float64"),
     (lambda: rj.Forest.from_sequences([[1, 2]]), r"not an array of shape \(1, 2\)"),
+    (lambda: rj.Forest.from_sequences([[1, 2, 3], [4, 5]]),
+     r"not of sequences; from_sequences takes the sequences' lengths, their steps' values"),
     (lambda: rj.Forest.from_sequences([3, 0]), "sequence 1 has length 0"),
     (lambda: rj.Forest.random_binary(2, mean_leaves=-1), "mean_leaves must be a number from 0"),
     (lambda: rj.Forest.random_binary(2, mean_leaves=float("nan")), "mean_leaves must be a"),
@@ -98,10 +100,11 @@ def test_from_edges_refuses_what_is_not_a_count_and_pairs_of_nodes(num_nodes, ed
     (lambda: rj.Forest.from_ptb(3), "Forest.from_ptb: lines must be an iterable"),
     (lambda: rj.Forest([0], [], [], fields=[1]), "fields must be a dict"),
 ], ids=["negative trees", "fractional trees", "empty vocabulary", "negative perfect trees",
-        "fractional height", "fractional length", "lengths of two dimensions", "a length 0",
-        "negative mean leaves", "NaN mean leaves", "a seed of text", "too high a tree",
-        "too many trees", "a leaf past int64", "a leaf past int64 unsigned", "not nested",
-        "a field name not a name", "a vocabulary not a dict", "not lines", "fields not a dict"])
+        "fractional height", "fractional length", "lengths of two dimensions",
+        "the sequences, not lengths", "a length 0", "negative mean leaves", "NaN mean leaves",
+        "a seed of text", "too high a tree", "too many trees", "a leaf past int64",
+        "a leaf past int64 unsigned", "not nested", "a field name not a name",
+        "a vocabulary not a dict", "not lines", "fields not a dict"])
 def test_the_constructors_refuse_what_they_cannot_build_naming_the_argument(make, message):
     with pytest.raises(rj.InputError, match=message):
         make()

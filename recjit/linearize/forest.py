@@ -246,12 +246,18 @@ class Forest:
     def from_sequences(cls, lengths, fields=None):
         """Chains: step t of a sequence has one child, step t-1; the last step is the root.
         Sequence s occupies nodes `sum(lengths[:s]) ..` in step order, and so do `fields`."""
-        lengths = np.asarray(lengths)
+        takes = ("; from_sequences takes the sequences' lengths, their steps' values going in "
+                 "fields, a row a step: from_sequences([3, 2], {'word': np.array([...])})")
+        try:
+            lengths = np.asarray(lengths)
+        except ValueError:  # ragged lists: the sequences themselves, not their lengths
+            raise InputError("sequence lengths must be a list of integers, not of sequences"
+                             + takes) from None
         if lengths.size and lengths.dtype.kind not in "iu":
-            raise InputError(f"sequence lengths must be integers, not {lengths.dtype}")
+            raise InputError(f"sequence lengths must be integers, not {lengths.dtype}" + takes)
         if lengths.ndim != 1:
             raise InputError(f"sequence lengths must be a list, a length a sequence, not an "
-                             f"array of shape {lengths.shape}")
+                             f"array of shape {lengths.shape}" + takes)
         if lengths.size and (lengths.min() < 1 or lengths.max() > MAX_NODES):
             bad = int(np.flatnonzero((lengths < 1) | (lengths > MAX_NODES))[0])
             raise InputError(f"sequence {bad} has length {lengths[bad]}; every sequence needs a "

@@ -130,14 +130,6 @@ p = make_params(4, 20, 'float64', 0)
 def states_and_gradient(_):
     out, pullback = tree_rnn.vjp(forest, p)
     return out.nodes[0], pullback(roots=np.ones_like(out.roots[0])).params.W
-
-
-if __name__ == '__main__':
-    expected = states_and_gradient(None)  # the parent's kernels start OpenMP's threads
-    context = multiprocessing.get_context('fork')
-    with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        got = pool.submit(states_and_gradient, None).result(timeout=240)
-    print(max(float(np.abs(g - e).max()) for g, e in zip(got, expected)))
 """
 
 
@@ -159,22 +151,28 @@ def products(_):
     for (a, b), y in zip((many, aliased), ys):
         sum_of_outer_products(a, b, y, 32)
     return ys
+"""
+
+
+PARENT_THEN_FORKED_CHILD = """
 
 
 if __name__ == '__main__':
-    expected = products(None)  # the parent's products start OpenMP's threads
+    expected = {call}(None)  # the parent's calls start OpenMP's threads
     context = multiprocessing.get_context('fork')
     with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
-        got = pool.submit(products, None).result(timeout=240)
+        got = pool.submit({call}, None).result(timeout=240)
     print(max(float(np.abs(g - e).max()) for g, e in zip(got, expected)))
 """
 
 
-def forked_difference(script):
-    """The largest difference between the parent's results and its forked child's that
-    `script` prints last, after it ran in a process of its own without an error."""
+def forked_difference(script, call):
+    """The largest difference between the arrays that function `call` of `script` returns
+    in a process of its own and in a child it forks after that, which must end without an
+    error."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True,
+    program = script + PARENT_THEN_FORKED_CHILD.format(call=call)
+    result = subprocess.run([sys.executable, "-c", program], cwd=root, capture_output=True,
                             text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     return float(result.stdout.split()[-1])
@@ -184,11 +182,11 @@ def test_a_process_forked_after_a_run_sums_weight_gradients_in_chunks_and_rows_a
     """The backward's host products that take more than one parallel function (MV-RNN's W_M
     over many nodes, rows that lie in few cache sets) each run serially in the child too: a
     parallel one called from another's serial twin killed the child."""
-    assert forked_difference(FORKED_PRODUCTS) <= 1e-12
+    assert forked_difference(FORKED_PRODUCTS, "products") <= 1e-12
 
 
 def test_a_process_forked_after_a_run_runs_models_and_their_gradients():
     """multiprocessing's default on Linux, and a DataLoader worker's: the child runs each
     kernel compiled serially, where numba would have killed it, and gets the parent's
     results up to rounding (a serial twin is compiled apart, with fast math)."""
-    assert forked_difference(FORKED) <= 1e-12
+    assert forked_difference(FORKED, "states_and_gradient") <= 1e-12

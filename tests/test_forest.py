@@ -32,6 +32,47 @@ def test_from_ptb_extends_a_given_vocabulary():
     assert forest.fields["word"].tolist() == [-1, 7, 8]
 
 
+LINES = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))", "(2 (2 It) (1 sank))"]
+
+
+def test_a_corpus_read_a_tree_a_call_through_one_vocabulary_is_the_corpus_read_at_once():
+    vocab = {}
+    trees = rj.Forest.concat([rj.Forest.from_ptb([line], vocab=vocab) for line in LINES])
+    at_once = rj.Forest.from_ptb(LINES)
+    assert vocab == at_once.vocab
+    assert trees.fields["word"].tolist() == at_once.fields["word"].tolist()
+
+
+class CountedVocabulary(dict):
+    """A vocabulary that counts how often its ids are read all at once."""
+
+    scans = 0
+
+    def values(self):
+        self.scans += 1
+        return super().values()
+
+
+def test_a_vocabulary_a_reader_left_as_it_was_is_not_scanned_again():
+    """Reading a corpus a tree a call stays linear in the corpus: neither the check of every
+    id nor the search for the largest runs again for a dict the last reader extended."""
+    vocab = CountedVocabulary()
+    rj.Forest.from_ptb(LINES[:1], vocab=vocab)
+    scans = vocab.scans
+    for line in LINES[1:]:
+        rj.Forest.from_ptb([line], vocab=vocab)
+    assert vocab.scans == scans
+    assert sorted(vocab.values()) == list(range(len(vocab)))
+
+
+def test_a_word_the_caller_adds_between_reads_keeps_its_id_and_the_next_new_word_follows_it():
+    vocab = {}
+    rj.Forest.from_ptb(LINES[:1], vocab=vocab)
+    vocab["added"] = 50
+    forest = rj.Forest.from_ptb(["(1 (2 added) (3 unseen))"], vocab=vocab)
+    assert forest.fields["word"].tolist() == [-1, 50, 51]
+
+
 def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
     lines = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))"]
     expected = rj.Forest.from_ptb(lines)

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import InputError, checked_flag
 from ..params import check_as_array, on_device, shape_and_dtype, to_host
-from .linearizer import check_structure, native
+from .linearizer import check_structure, first_bad_structure, native
 
 KINDS = ("tree", "dag", "sequence")
 
@@ -130,20 +130,19 @@ class Forest:
         forests = list(forests)
         if not forests or not all(isinstance(f, Forest) for f in forests):
             raise InputError("Forest.concat takes a non-empty sequence of Forests")
-        for index, forest in enumerate(forests):
-            forest._require_host("concat")
-            try:
-                check_structure(forest)
-            except InputError as error:
-                raise InputError(f"Forest.concat: forest {index}: {error}") from None
         first = forests[0]
-        for index, forest in enumerate(forests[1:], 1):
+        names = sorted(first.fields)
+        for index, forest in enumerate(forests):
+            if not all(isinstance(values, np.ndarray) for values in forest.fields.values()):
+                forest._require_host("concat")
+            if index == 0:
+                continue
             if forest.kind != first.kind:
                 raise InputError(f"Forest.concat: forest {index} is of kind {forest.kind!r}, "
                                  f"forest 0 of kind {first.kind!r}")
-            if sorted(forest.fields) != sorted(first.fields):
+            if sorted(forest.fields) != names:
                 raise InputError(f"Forest.concat: forest {index} has fields "
-                                 f"{sorted(forest.fields)}, forest 0 {sorted(first.fields)}")
+                                 f"{sorted(forest.fields)}, forest 0 {names}")
             for name, values in forest.fields.items():
                 ours, theirs = values, first.fields[name]
                 if ours.shape[1:] != theirs.shape[1:] or ours.dtype.kind != theirs.dtype.kind:
@@ -154,13 +153,25 @@ class Forest:
                 raise InputError(f"Forest.concat: forest {index} has another vocabulary than "
                                  "forest 0, so its word ids mean other words: read them with "
                                  "one vocabulary (Forest.from_ptb(lines, vocab=...))")
-        offsets = np.cumsum([0] + [f.num_nodes for f in forests])
-        edge_offsets = np.cumsum([0] + [f.child_idx.size for f in forests])
-        child_ptr = np.concatenate([[0]] + [f.child_ptr[1:] + e
-                                            for f, e in zip(forests, edge_offsets)])
-        return Forest(child_ptr,
-                      np.concatenate([f.child_idx + o for f, o in zip(forests, offsets)]),
-                      np.concatenate([f.roots + o for f, o in zip(forests, offsets)]),
+        parts = [np.concatenate([getattr(f, name) for f in forests])
+                 for name in ("child_ptr", "child_idx", "roots")]
+        counts = [np.array([getattr(f, name).size for f in forests])
+                  for name in ("child_ptr", "child_idx", "roots")]
+        bounds = [np.concatenate(([0], np.cumsum(count))) for count in counts]
+        bad = first_bad_structure(forests, *parts, bounds)
+        if bad is not None:
+            index, error = bad
+            raise InputError(f"Forest.concat: forest {index}: {error}")
+        child_ptr, child_idx, roots = parts
+        nodes, edges = counts[0] - 1, counts[1]
+        node_offsets = np.concatenate(([0], np.cumsum(nodes)[:-1]))
+        edge_offsets = bounds[1][:-1]
+        after_first = np.ones(child_ptr.size, dtype=bool)
+        after_first[bounds[0][:-1]] = False  # each forest's leading 0
+        return Forest(np.concatenate(([0], child_ptr[after_first]
+                                      + np.repeat(edge_offsets, nodes))),
+                      child_idx + np.repeat(node_offsets, edges),
+                      roots + np.repeat(node_offsets, counts[2]),
                       {name: np.concatenate([f.fields[name] for f in forests])
                        for name in first.fields},
                       first.kind, first.vocab)

@@ -318,6 +318,28 @@ def check_structure(forest):
         raise _structure_error(status, culprit, forest, None)
 
 
+def first_bad_structure(forests, child_ptr, child_idx, roots, bounds):
+    """(the position among `forests` of the first whose structure `check_structure` refuses,
+    its InputError), or None: their arrays laid end to end, unshifted (`child_ptr`,
+    `child_idx`, `roots`; forest k's from bounds[0][k], bounds[1][k], bounds[2][k]), checked
+    in one compiled call, where a call a forest cost more than its check."""
+    position, status, culprit = _first_bad_structure(child_ptr, child_idx, roots, *bounds)
+    if position < 0:
+        return None
+    return position, _structure_error(status, culprit, forests[position], None)
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_bad_structure(child_ptr, child_idx, roots, ptr_begin, idx_begin, roots_begin):
+    for k in range(ptr_begin.size - 1):
+        status, culprit, _, _ = _check_structure(
+            child_ptr[ptr_begin[k]:ptr_begin[k + 1]], child_idx[idx_begin[k]:idx_begin[k + 1]],
+            roots[roots_begin[k]:roots_begin[k + 1]], False, ANY_ARITY)
+        if status != OK:
+            return k, status, culprit
+    return -1, OK, 0
+
+
 def linearize(forest, single_parent=True, arity=None):
     """Validate the forest's structure and renumber it (docs/design.md §3). `single_parent`: a tree,
     where a node reached from two parents is an error; otherwise a DAG. `arity`: every node

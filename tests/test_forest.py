@@ -65,6 +65,16 @@ def test_a_vocabulary_a_reader_left_as_it_was_is_not_scanned_again():
     assert sorted(vocab.values()) == list(range(len(vocab)))
 
 
+def test_a_word_the_caller_swaps_for_another_between_reads_is_seen_and_ids_stay_distinct():
+    """The same length, another last word: the reader scans the vocabulary again."""
+    vocab = {}
+    rj.Forest.from_ptb(LINES[:1], vocab=vocab)
+    del vocab["great"]
+    vocab["swapped"] = max(vocab.values()) + 2
+    rj.Forest.from_ptb(["(1 (2 fresh) (3 new))"], vocab=vocab)
+    assert len(set(vocab.values())) == len(vocab)
+
+
 def test_a_word_the_caller_adds_between_reads_keeps_its_id_and_the_next_new_word_follows_it():
     vocab = {}
     rj.Forest.from_ptb(LINES[:1], vocab=vocab)

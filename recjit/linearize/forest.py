@@ -578,37 +578,46 @@ def _id_in(vocabulary):
 
 
 class _RecentVocabularies:
-    """The last few vocabularies a reader extended, each with its length and its next id as
-    the reader left it. A corpus read a tree a call through one dict (`Forest.from_ptb([line],
-    vocab=vocab)` in a loop) then neither checks every id nor looks for the largest at each
-    call: both scanned the whole vocabulary, and SST train's 8,544 lines took 10 s to read.
-    A dict whose length changed since (a word the caller added) is checked and scanned
-    again. The dicts are held, not only their ids, so that an id is never another dict's."""
+    """The last few vocabularies a reader extended, each with its length, its last key and
+    its next id as the reader left it. A corpus read a tree a call through one dict
+    (`Forest.from_ptb([line], vocab=vocab)` in a loop) then neither checks every id nor looks
+    for the largest at each call: both scanned the whole vocabulary, and SST train's 8,544
+    lines took 10 s to read. A dict the caller changed since, adding or removing a word (its
+    length, or its last key, differs), is checked and scanned again; one whose ids the caller
+    renumbered in place, keeping its words, is not noticed. The dicts are held, not only
+    their ids, so that an id is never another dict's."""
 
     SIZE = 8
 
     def __init__(self):
-        self.entries = collections.OrderedDict()  # id: (the dict, its length, its next id)
+        self.entries = collections.OrderedDict()  # id: (dict, length, last key, next id)
         self.lock = threading.Lock()
 
     def next_id(self, vocabulary):
-        """The next id of `vocabulary` if a reader left it so and it kept its length, else
+        """The next id of `vocabulary` if a reader left it so and it kept its words, else
         None."""
         entry = self.entries.get(id(vocabulary))
-        if entry is not None and entry[0] is vocabulary and entry[1] == len(vocabulary):
-            return entry[2]
+        if (entry is not None and entry[0] is vocabulary and entry[1] == len(vocabulary)
+                and _last_key(vocabulary) is entry[2]):
+            return entry[3]
         return None
 
     def left(self, vocabulary, next_id):
         """A reader leaves `vocabulary` with `next_id` as its next id."""
         with self.lock:
-            self.entries[id(vocabulary)] = (vocabulary, len(vocabulary), next_id)
+            self.entries[id(vocabulary)] = (vocabulary, len(vocabulary),
+                                            _last_key(vocabulary), next_id)
             self.entries.move_to_end(id(vocabulary))
             while len(self.entries) > self.SIZE:
                 self.entries.popitem(last=False)
 
 
 _recent = _RecentVocabularies()
+
+
+def _last_key(vocabulary):
+    """The key last added to dict `vocabulary` (None if it is empty)."""
+    return next(reversed(vocabulary), None)
 
 
 class _Builder:

@@ -363,6 +363,24 @@ def test_batches_bucketed_by_height_hold_trees_of_about_one_height():
     assert all(high <= low_next for (_, high), (low_next, _) in zip(ranges, ranges[1:]))
 
 
+def test_a_pass_in_batches_checks_the_forests_structure_once_at_the_call(monkeypatch):
+    """Not once a batch: each check reads the whole corpus, and a pass over SST train in
+    batches of 25 spent most of its time checking."""
+    from recjit.linearize import forest as forest_module
+    forest = rj.Forest.random_binary(12, seed=1, mean_leaves=4, vocab_size=10)
+    checks = []
+    monkeypatch.setattr(forest_module, "check_structure", lambda f: checks.append(f))
+    batches = forest.batches(3)
+    assert len(checks) == 1
+    assert len(list(batches)) == 4 and len(checks) == 1
+
+
+def test_a_forest_whose_structure_is_wrong_is_refused_when_batches_are_asked_for():
+    broken = rj.Forest([0, 2, 2, 2], [1, 7], [0], fields={"word": [-1, 0, 1]})
+    with pytest.raises(rj.InputError, match="node 0 has a child outside 0..2"):
+        broken.batches(1)
+
+
 def test_a_root_heights_are_their_trees_heights():
     forest = rj.Forest.from_nested([(0, 1), 2, ((0, 1), (2, (3, 4)))])
     assert forest.root_heights().tolist() == [1, 0, 3]

@@ -73,6 +73,10 @@ class Forest:
         vocabulary; a node two chosen roots share is kept once."""
         self._require_host("select")
         check_structure(self)
+        return self._select(trees)
+
+    def _select(self, trees):
+        """`select`, of a forest whose structure is checked already."""
         try:
             chosen = np.atleast_1d(self.roots[trees])
         except (IndexError, TypeError, ValueError) as error:
@@ -103,16 +107,19 @@ class Forest:
             raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
                              f"1, not {size!r}")
         shuffle = checked_flag("Forest.batches: shuffle", shuffle)
+        bucket_by_height = checked_flag("Forest.batches: bucket_by_height", bucket_by_height)
+        self._require_host("batches")
+        check_structure(self)  # once, here: a check a batch read the whole corpus each time
         rng = _generator(seed)
         order = rng.permutation(self.roots.size) if shuffle else np.arange(self.roots.size)
-        if not checked_flag("Forest.batches: bucket_by_height", bucket_by_height):
-            return (self.select(order[begin:begin + size])
+        if not bucket_by_height:
+            return (self._select(order[begin:begin + size])
                     for begin in range(0, order.size, size))
         order = order[np.argsort(self.root_heights()[order], kind="stable")]
         groups = [order[begin:begin + size] for begin in range(0, order.size, size)]
         if shuffle:
             groups = [groups[k] for k in rng.permutation(len(groups))]
-        return (self.select(group) for group in groups)
+        return (self._select(group) for group in groups)
 
     def root_heights(self):
         """The height of each root's tree (a leaf's is 0), in the order of `roots`."""

@@ -49,7 +49,7 @@ class Forest:
     def on_host(self):
         """This forest with every field a NumPy array: GPU fields copied to the host (the CPU
         backend and the reference read host memory)."""
-        if all(isinstance(values, np.ndarray) for values in self.fields.values()):
+        if self._all_on_host():
             return self
         forest = copy.copy(self)
         forest.fields = {name: to_host(values) for name, values in self.fields.items()}
@@ -140,8 +140,7 @@ class Forest:
         first = forests[0]
         names = sorted(first.fields)
         for index, forest in enumerate(forests):
-            if not all(isinstance(values, np.ndarray) for values in forest.fields.values()):
-                forest._require_host("concat")
+            forest._require_host("concat")
             if index == 0:
                 continue
             if forest.kind != first.kind:
@@ -183,8 +182,13 @@ class Forest:
                        for name in first.fields},
                       first.kind, first.vocab)
 
+    def _all_on_host(self):
+        """Whether every field is a NumPy array (told without asking each whether it is a GPU
+        array: concat asks this of every forest it joins)."""
+        return all(isinstance(values, np.ndarray) for values in self.fields.values())
+
     def _require_host(self, method):
-        if self.device_fields:
+        if not self._all_on_host() and self.device_fields:
             raise InputError(f"Forest.{method}: field {min(self.device_fields)!r} is a GPU "
                              "array; select or concatenate the host forest, then give it its "
                              "GPU fields")

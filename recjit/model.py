@@ -8,6 +8,7 @@ import inspect
 import linecache
 import os
 import threading
+from multiprocessing.reduction import ForkingPickler
 from dataclasses import dataclass
 
 import numpy as np
@@ -198,19 +199,41 @@ class RecursiveModel:
     def __repr__(self):
         return f"<recjit model {self.__name__} arity={self.arity} kind={self.kind!r}>"
 
-    # pickling ---------------------------------------------------------------------------
+    # copying and pickling ---------------------------------------------------------------
+    def __copy__(self):
+        """The model itself, as `copy` gives a function: its cell calls the model by name, so
+        a copy would call the original, and its compiled kernels are shared anyway (a
+        `Module` deep-copied as the best epoch's snapshot keeps this model)."""
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
     def __reduce__(self):
         """A model defined in a module pickles as a reference to it, which the other side
-        imports. Any other (a notebook cell's, a function's local) pickles its cell function
-        (cloudpickle's by value; pickle's refuses), its options and the source of the cell
-        and of the functions it calls, which the other side gives linecache so that the cell
-        can be analysed there. Compiled kernels are not pickled: the other side compiles, or
-        loads them from numba's disk cache."""
-        module, name = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
-        if module not in (None, "__main__") and "<locals>" not in name and \
-                _importable(module, name) is self:
-            return _model_in_module, (module, name)
+        imports. Any other (a notebook cell's, a script's, a function's local) pickles its
+        cell function (cloudpickle's by value; pickle's refuses), its options and the source
+        of the cell and of the functions it calls, which the other side gives linecache so
+        that the cell can be analysed there. Compiled kernels are not pickled: the other side
+        compiles, or loads them from numba's disk cache."""
+        if self._reference(main=False) is not None:
+            return _model_in_module, self._reference(main=False)
         return _unpickled_model, (), self.__getstate__()
+
+    def _reduce_for_processes(self):
+        """multiprocessing's pickling (a process pool's, a queue's): a model at the top of a
+        script is a reference to `__main__`, as pickle makes it for the script's functions,
+        since the pool's processes run the same script (forked, or importing it again)."""
+        reference = self._reference(main=True)
+        return (_model_in_module, reference) if reference else self.__reduce__()
+
+    def _reference(self, main):
+        """(module, qualified name) under which importing finds this model, or None; `main`:
+        `__main__` counts as a module."""
+        module, name = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
+        if module is None or (module == "__main__" and not main) or "<locals>" in name:
+            return None
+        return (module, name) if _importable(module, name) is self else None
 
     def __getstate__(self):
         functions = _source_functions(self.function)
@@ -743,6 +766,9 @@ def _importable(module, qualname):
 
 def _model_in_module(module, qualname):
     return _importable(module, qualname)
+
+
+ForkingPickler.register(RecursiveModel, RecursiveModel._reduce_for_processes)
 
 
 def _unpickled_model():

@@ -1,6 +1,7 @@
 """Models cross process boundaries (process pools, Dask, Ray): a model defined in a module
 pickles as a reference to it; a notebook cell's, by value with cloudpickle, its source
 included, so that another process can analyse and compile it. Compiled kernels stay behind."""
+import copy
 import linecache
 import multiprocessing
 import pickle
@@ -41,6 +42,31 @@ sys.stdout.buffer.write(pickle.dumps(model.run(forest, p).nodes[0]))
 """
 
 
+SCRIPT_WITH_A_POOL = """
+import sys
+from concurrent.futures import ProcessPoolExecutor
+import multiprocessing
+import numpy as np
+import recjit as rj
+
+@rj.recursive_model(arity=2)
+def script_rnn(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return rj.tanh(p.W @ (script_rnn(node.left, p) + script_rnn(node.right, p)))
+
+if __name__ == "__main__":
+    forest = rj.Forest.random_binary(3, seed=0, mean_leaves=5, vocab_size=6)
+    rng = np.random.default_rng(0)
+    p = rj.Params(E=rng.normal(size=(6, 4)), W=rng.normal(size=(4, 4)) / 2)
+    context = multiprocessing.get_context(sys.argv[1])
+    with ProcessPoolExecutor(1, mp_context=context) as pool:
+        states = pool.submit(script_rnn.run, forest, p).result().nodes[0]
+    assert np.array_equal(states, script_rnn.run(forest, p).nodes[0])
+    print("equal")
+"""
+
+
 def notebook_cell(source, filename="<ipython-input-1-recjit>"):
     """Run `source` as IPython runs a cell: its text in linecache, under the cell's name."""
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -68,6 +94,25 @@ def test_a_notebook_cells_model_runs_in_another_process_after_cloudpickle():
                             input=cloudpickle.dumps(model), capture_output=True, timeout=300)
     assert result.returncode == 0, result.stderr.decode()[-2000:]
     np.testing.assert_allclose(pickle.loads(result.stdout), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize("start", ["fork", "spawn"])
+def test_a_scripts_model_runs_in_the_process_pool_the_script_starts(tmp_path, start):
+    """multiprocessing pickles it as a reference to the script, which its processes run."""
+    script = tmp_path / "script_with_a_pool.py"
+    script.write_text(SCRIPT_WITH_A_POOL)
+    result = subprocess.run([sys.executable, str(script), start], capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "equal"
+
+
+def test_a_copy_of_a_model_is_the_model_itself():
+    """As for a function: its cell calls the model by name, so a second model would see
+    the first one called from its cell."""
+    model = notebook_cell(CELL, "<ipython-input-3-recjit>")["notebook_rnn"]
+    assert copy.copy(model) is model
+    assert copy.deepcopy(model) is model
 
 
 def test_plain_pickle_of_a_notebook_cells_model_says_which_function_it_cannot_pickle():

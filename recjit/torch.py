@@ -37,8 +37,11 @@ class Result:
     roots: tuple
 
 
+@torch.compiler.disable
 def apply(model, forest, params, fields=None, context=(), backend=None, sparse=()):
-    """The model run on `forest` with these parameters, differentiably.
+    """The model run on `forest` with these parameters, differentiably. Inside
+    `torch.compile`, a graph break: the call runs eagerly, and Dynamo does not trace into
+    recjit, whose compiling and kernels it could not follow.
 
     `params`: {name: tensor or Python number}, every parameter the cell reads. `fields`:
     {name: tensor} of float fields per node that replace the forest's (a tensor computed
@@ -50,6 +53,7 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     GPU."""
     _check_backend(backend)
     _check_model(model)
+    _check_not_transformed()
     if not isinstance(forest, Forest):
         raise InputError(f"forest must be a recjit.Forest, not {type(forest).__name__}")
     if not isinstance(params, Mapping):
@@ -80,6 +84,17 @@ def _check_model(model):
     if not isinstance(model, RecursiveModel):
         raise InputError("recjit.torch runs a recursive model (a cell decorated with "
                          f"@rj.recursive_model), not {type(model).__name__} {model!r}")
+
+
+def _check_not_transformed():
+    """torch.func's transforms hand the layer wrapped tensors with no memory to read: refuse
+    them by name rather than let PyTorch fail inside the call."""
+    if torch._C._are_functorch_transforms_active():
+        raise RecJitError("recjit.torch differentiates through autograd (backward(), "
+                          "torch.autograd.grad), not under torch.func's transforms (grad, "
+                          "vmap, jacrev): for each tree's gradient, the pullback "
+                          "of model.vjp takes per_tree=True; for a jacobian, call "
+                          "model.jacobian (docs/training.md)")
 
 
 def _check_backend(backend):

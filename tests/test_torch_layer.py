@@ -1,6 +1,8 @@
 """recjit as a PyTorch layer (`recjit.torch`): its states are the run's, and autograd's
 gradients through it are the pullback's, for parameters, gathered tables (sparse or dense),
 fields computed upstream and context arguments."""
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -226,6 +228,27 @@ def test_a_modules_state_dict_round_trips_and_double_runs_in_float64():
     assert layer.double()(forest).roots[0].dtype == torch.float64
 
 
+def test_a_deep_copy_of_a_module_keeps_its_parameters_as_they_were():
+    """The best epoch's snapshot, as training loops take it: a model defined in a function
+    (as in a notebook, not importable) too."""
+    @rj.recursive_model(arity=2)
+    def local_rnn(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return rj.tanh(p.W @ (local_rnn(node.left, p) + local_rnn(node.right, p)))
+
+    forest = rj.Forest.random_binary(2, seed=3, mean_leaves=4, vocab_size=VOCAB)
+    rng = np.random.default_rng(0)
+    layer = rj.torch.Module(local_rnn, E=rng.normal(size=(VOCAB, 4)),
+                            W=rng.normal(size=(4, 4)) / 2)
+    before = layer(forest).roots[0].detach().clone()
+    snapshot = copy.deepcopy(layer)
+    layer(forest).roots[0].sum().backward()
+    torch.optim.SGD(layer.parameters(), lr=0.5).step()
+    assert not torch.equal(layer(forest).roots[0].detach(), before)
+    assert torch.equal(snapshot(forest).roots[0].detach(), before)
+
+
 @pytest.mark.parametrize("loss", [lambda roots: roots.sum(), lambda roots: (roots ** 2).sum()],
                          ids=["cotangents that need no gradient", "cotangents that need one"])
 def test_a_second_derivative_is_refused_clearly(loss):
@@ -236,6 +259,42 @@ def test_a_second_derivative_is_refused_clearly(loss):
     layer = module()
     with pytest.raises(rj.RecJitError, match="no derivative of its own: a second derivative"):
         torch.autograd.grad(loss(layer(forest).roots[0]), [layer.b_f], create_graph=True)
+
+
+@pytest.mark.parametrize("transform", [torch.func.grad, torch.func.vmap, torch.func.jacrev],
+                         ids=["grad", "vmap", "jacrev"])
+def test_a_torch_func_transform_of_a_layer_is_refused_saying_what_to_use(transform):
+    forest = rj.Forest.random_binary(2, seed=2, mean_leaves=4, vocab_size=VOCAB)
+    layer = module()
+    params = dict(layer.named_parameters())
+
+    def loss(U_iou):
+        return rj.torch.apply(child_sum_tree_lstm, forest,
+                              {**params, "U_iou": U_iou}).roots[0].sum()
+
+    with pytest.raises(rj.RecJitError, match="per_tree=True"):
+        transform(loss)(params["U_iou"].detach()[None] if transform is torch.func.vmap
+                        else params["U_iou"].detach())
+
+
+def test_under_torch_compile_a_layer_runs_eagerly_with_eagers_loss_and_gradients():
+    """Dynamo leaves the layer out of its graphs and does not trace into recjit (its
+    compiling, its kernels' calls), where it would make a dozen graphs between breaks."""
+    import torch._dynamo
+
+    forest = rj.Forest.random_binary(2, seed=4, mean_leaves=4, vocab_size=VOCAB)
+    layer, classifier = module(), torch.nn.Linear(HIDDEN, 3).double()
+
+    def loss():
+        return classifier(layer(forest).nodes[0]).logsumexp(1).sum()
+
+    eager = loss()
+    eager_gradient = torch.autograd.grad(eager, layer.U_iou)[0]
+    assert torch._dynamo.explain(loss)().graph_count == 1  # the classifier and the sum
+    compiled = torch.compile(loss, backend="eager")()
+    torch.testing.assert_close(compiled, eager, rtol=1e-12, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(compiled, layer.U_iou)[0], eager_gradient,
+                               rtol=1e-12, atol=0)
 
 
 def test_an_unknown_backend_is_refused_naming_it():

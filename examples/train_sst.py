@@ -185,6 +185,12 @@ def batches(trees, size, rng=None):
         yield rj.Forest.concat([trees[i] for i in order[start:start + size]])
 
 
+def batch_count(trees, size):
+    """The batches of `size` trees an epoch takes from `trees`: whole batches (the shuffle
+    changes which trees are left over), or one of them all where they are fewer than `size`."""
+    return max(trees // size, 1)
+
+
 def accuracy(model, trees, size=100):
     """(fine-grained, binary) root accuracy: binary over the roots not labelled neutral."""
     model.eval()
@@ -222,7 +228,7 @@ def train(args, rank=0):
     for epoch in range(1, args.epochs + 1):
         model.train()
         started, total, nodes = time.perf_counter(), 0.0, 0
-        each = len(train_trees) // args.batch // args.workers  # the same count: DDP steps together
+        each = batch_count(len(train_trees), args.batch) // args.workers  # DDP steps together
         own = itertools.islice(batches(train_trees, args.batch, rng), rank,
                                each * args.workers, args.workers)
         progress = tqdm(own, desc=f"epoch {epoch}", disable=rank > 0, unit="batch", total=each)
@@ -363,6 +369,13 @@ def main():
                      "Sentiment Treebank's train.txt, dev.txt and test.txt, in PTB form)")
     if "WORLD_SIZE" in os.environ:  # started by torchrun, on this machine or on several
         args.workers = int(os.environ["WORLD_SIZE"])
+    with open(os.path.join(args.data, "train.txt")) as lines:
+        trees = sum(1 for line in lines if line.strip())
+    trees = min(trees, args.limit or trees)
+    if batch_count(trees, args.batch) < args.workers:
+        parser.error(f"{trees} training trees in batches of {args.batch} make fewer batches "
+                     f"than the {args.workers} workers, each of which takes a batch a step")
+    if "WORLD_SIZE" in os.environ:
         worker(int(os.environ["RANK"]), args, "env://",
                int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
     elif args.workers > 1:

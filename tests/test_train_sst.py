@@ -1,6 +1,7 @@
 """examples/train_sst.py's two backends are one model: from the same initial parameters, the
 TreeLSTM compiled by recjit inside PyTorch and the same cell in plain PyTorch, a level at a
 time, give the same losses step after step (float64, no dropout)."""
+import json
 import re
 import sys
 
@@ -113,13 +114,37 @@ def test_the_plain_pytorch_classifier_computes_where_its_parameters_are():
     (["--batch", "0"], "argument --batch: must be at least 1, not 0"),
     (["--dropout", "1.5"], r"argument --dropout: must be in \[0, 1\), not 1.5"),
     (["--lr", "-1"], "argument --lr: must be a number above 0, not -1.0"),
-    (["--weight-decay", "nan"], "argument --weight-decay: must be a number from 0 up, not nan")],
+    (["--weight-decay", "nan"], "argument --weight-decay: must be a number from 0 up, not nan"),
+    (["--data", "{treebank}", "--limit", "30", "--workers", "3"],
+     "30 training trees in batches of 25 make fewer batches than the 3 workers")],
     ids=["a directory without the treebank", "an empty batch", "a dropout of more than 1",
-         "a negative learning rate", "a weight decay not a number"])
+         "a negative learning rate", "a weight decay not a number",
+         "fewer batches than workers"])
 def test_the_scripts_bad_arguments_are_refused_naming_them(arguments, message, tmp_path,
                                                             monkeypatch, capsys):
-    arguments = [argument.format(empty=tmp_path) for argument in arguments]
+    (tmp_path / "treebank").mkdir()
+    arguments = [argument.format(empty=tmp_path, treebank=treebank(tmp_path / "treebank", 40))
+                 for argument in arguments]
     monkeypatch.setattr(sys, "argv", ["train_sst.py", *arguments])
     with pytest.raises(SystemExit):
         train_sst.main()
     assert re.search(message, capsys.readouterr().err)
+
+
+def treebank(directory, trees):
+    """A directory of train.txt, dev.txt and test.txt, each `trees` of TREES in turn."""
+    for name in ("train.txt", "dev.txt", "test.txt"):
+        (directory / name).write_text("".join(TREES[i % len(TREES)] + "\n"
+                                              for i in range(trees)))
+    return str(directory)
+
+
+def test_a_training_set_smaller_than_a_batch_trains_in_one_step(tmp_path, monkeypatch):
+    """The plain PyTorch backend: the script's epoch, without a kernel to compile."""
+    record = tmp_path / "record"
+    monkeypatch.setattr(sys, "argv", [
+        "train_sst.py", "--data", treebank(tmp_path, 10), "--backend", "torch", "--epochs", "1",
+        "--embedding", "4", "--hidden", "3", "--record", str(record)])
+    train_sst.main()
+    epochs = json.loads((tmp_path / "record.json").read_text())["epochs"]
+    assert len(epochs) == 1 and np.isfinite(epochs[0]["loss_per_node"])

@@ -28,6 +28,7 @@ def existing_file(text):
 
 
 def arguments(description, hidden):
+    """The parser, and the arguments it parsed."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--hidden", type=positive, default=hidden, help="hidden size")
     parser.add_argument("--batch", type=positive, default=10,
@@ -36,7 +37,7 @@ def arguments(description, hidden):
                         help="SST trees in PTB format (default: ../shared/data/sst/test.txt "
                              "where it is, else a generated sample)")
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    return parser.parse_args()
+    return parser, parser.parse_args()
 
 
 def load_trees(path, batch):
@@ -70,8 +71,8 @@ def load_sentences(path, batch, length=100, vocab_size=1000):
                 words.append(int(trees.fields["word"][node]))
             stack.extend(int(c) for c in children[::-1])
         sentences.append(words)
-    return (rj.Forest.from_sequences([len(s) for s in sentences],
-                                     fields={"word": np.concatenate(sentences)}),
+    in_order = np.array([word for sentence in sentences for word in sentence], dtype=np.int64)
+    return (rj.Forest.from_sequences([len(s) for s in sentences], fields={"word": in_order}),
             f"sentences of {path}")
 
 
@@ -110,8 +111,13 @@ def report(model, forest, params, source):
 def main(model, make_params, doc, hidden=256, make_forest=None):
     """An example's command line: parse, build the forest (`make_forest(args)`, by default the
     SST trees), make parameters, report."""
-    args = arguments(doc.splitlines()[0], hidden)
-    forest, source = (make_forest or (lambda a: load_trees(a.trees, a.batch)))(args)
+    parser, args = arguments(doc.splitlines()[0], hidden)
+    try:
+        forest, source = (make_forest or (lambda a: load_trees(a.trees, a.batch)))(args)
+    except rj.InputError as error:
+        parser.error(f"--trees {args.trees}: {error}")
+    if forest.num_nodes == 0:
+        parser.error(f"--trees {args.trees}: no trees in it")
     words = forest.fields.get("word")
     vocab_size = 1 if words is None else int(words.max()) + 1
     return report(model, forest, make_params(args.hidden, vocab_size, args.dtype), source)

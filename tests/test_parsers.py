@@ -34,6 +34,24 @@ def test_unary_chains_collapse_and_nodes_binarize_with_nltks_transformations():
     assert nltk.Tree.fromstring(PARSED) == nltk.Tree.fromstring(PARSED)  # inputs untouched
 
 
+def test_labels_that_are_not_strings_collapse_as_the_strings_the_forest_keeps():
+    chain = nltk.Tree(None, [nltk.Tree(3, [nltk.Tree("NN", ["go"]), nltk.Tree("RB", ["now"])])])
+    collapsed = rj.Forest.from_nltk(chain, collapse_unary=True)
+    assert "None+3" in collapsed.label_vocab
+    assert rj.Forest.from_nltk(chain).label_vocab.keys() >= {"None", "3"}
+
+
+@pytest.mark.parametrize("transformation", ["collapse_unary", "binarize"])
+def test_a_tree_too_deep_for_nltks_transformations_is_refused_naming_them(transformation):
+    """nltk's transformations recurse; reading the same tree as it is does not."""
+    chain = nltk.Tree("X", ["w"])
+    for _ in range(3000):
+        chain = nltk.Tree("X", [chain, nltk.Tree("Y", ["v"])])
+    assert rj.Forest.from_nltk(chain).num_nodes == 6001
+    with pytest.raises(rj.InputError, match=f"tree #0 is too deep for {transformation}"):
+        rj.Forest.from_nltk(chain, **{transformation: True})
+
+
 def test_models_run_on_parsed_trees_as_the_recursion_does():
     trees = [nltk.Tree.fromstring(PARSED), nltk.Tree.fromstring("(S (NP (PRP it)) (VP (VBZ is)))")]
     vocab = {}

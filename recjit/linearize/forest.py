@@ -386,11 +386,7 @@ class Forest:
                 raise InputError(f"Forest.from_nltk: tree #{position} is a "
                                  f"{type(tree).__name__}, not an nltk.Tree")
             if collapse_unary or binarize:
-                tree = tree.copy(deep=True)
-            if collapse_unary:
-                tree.collapse_unary(collapsePOS=True, collapseRoot=True)
-            if binarize:
-                tree.chomsky_normal_form()
+                tree = _transformed(tree, position, collapse_unary, binarize)
             roots.append(builder.add_nltk(tree, _id_in(vocab), _id_in(labels)))
         if not roots:
             raise InputError("Forest.from_nltk: no trees")
@@ -546,6 +542,27 @@ def _ptb_labels(labels):
             raise InputError(f"PTB line {line_number}: expected a label after '('")
         return named(label)
     return label_id
+
+
+def _transformed(tree, position, collapse_unary, binarize):
+    """A copy of `tree` through nltk's own transformations, its labels made strings first, as
+    the forest keeps them (nltk joins them with '+'). nltk recurses through a tree: one too
+    deep for Python's stack is refused by name."""
+    try:
+        tree = tree.copy(deep=True)
+        for subtree in tree.subtrees():
+            subtree.set_label(str(subtree.label()))
+        if collapse_unary:
+            tree.collapse_unary(collapsePOS=True, collapseRoot=True)
+        if binarize:
+            tree.chomsky_normal_form()
+    except RecursionError:
+        asked = " and ".join(name for name, wanted in (("collapse_unary", collapse_unary),
+                                                        ("binarize", binarize)) if wanted)
+        raise InputError(f"Forest.from_nltk: tree #{position} is too deep for {asked}, whose "
+                         f"nltk transformations recurse: read it without them, or raise "
+                         f"sys.setrecursionlimit") from None
+    return tree
 
 
 def _is_nltk_tree(value):

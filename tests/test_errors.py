@@ -464,6 +464,30 @@ def test_np_sum_is_refused_with_what_to_write_instead():
         numpy_summed.run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((3, 4))))
 
 
+@rj.recursive_model(arity=2)
+def indexed_by_name(node, p):
+    if node.is_leaf:
+        return p["E"][node.word]
+    return indexed_by_name(node.left, p) + indexed_by_name(node.right, p)
+
+
+@rj.recursive_model(arity=2)
+def field_by_name(node, p):
+    if node.is_leaf:
+        return p.E[node["word"]]
+    return field_by_name(node.left, p) + field_by_name(node.right, p)
+
+
+@pytest.mark.parametrize("model, message", [
+    (indexed_by_name, r"parameters are read as attributes: write `p\.E`, not `p\['E'\]`"),
+    (field_by_name, r"a node's fields are read as attributes: write `node\.word`")],
+    ids=["a parameter", "a field"])
+def test_a_parameter_or_field_indexed_by_its_name_says_to_read_it_as_an_attribute(model,
+                                                                                    message):
+    with pytest.raises(rj.UnsupportedError, match=message):
+        model.run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((3, 4))))
+
+
 TRACEBACK = """
 import sys
 sys.path.insert(0, 'examples')

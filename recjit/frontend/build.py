@@ -580,6 +580,12 @@ class Interpreter(CellInterpreter):
         base = self.expr(node.value, env)
         if isinstance(node.slice, ast.Slice):
             return self.slice(base, node, env)
+        if isinstance(base, (ParamsView, NodeView)) and isinstance(node.slice, ast.Constant) \
+                and isinstance(node.slice.value, str):
+            what = "parameters" if isinstance(base, ParamsView) else "a node's fields"
+            raise self.unsupported(f"{what} are read as attributes: write "
+                                   f"`{ast.unparse(node.value)}.{node.slice.value}`, not "
+                                   f"`{ast.unparse(node)}`", node)
         index = self.expr(node.slice, env)
         if isinstance(base, (ChildrenView, PerChild)) and self.builder.variable_arity:
             raise self.unsupported(f"indexing {_describe(base)} needs a fixed arity; with "

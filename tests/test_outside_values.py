@@ -47,6 +47,47 @@ def test_a_list_item_bound_to_another_object_is_read_again():
         CONFIGS[0] = SimpleNamespace(scale=1.0)
 
 
+HYPER = {"scale": 1.0, "inner": SimpleNamespace(shift=0.0)}
+
+
+@rj.recursive_model
+def scaled_by_a_key(node, p):
+    if node.is_leaf:
+        return p.E[node.word] + HYPER["inner"].shift
+    return HYPER["scale"] * (scaled_by_a_key(node.left, p) + scaled_by_a_key(node.right, p))
+
+
+def test_a_dicts_item_changed_in_place_is_read_again():
+    try:
+        for scale in (1.0, -2.5):
+            HYPER["scale"] = scale
+            assert_run_is_reference(scaled_by_a_key)
+    finally:
+        HYPER["scale"] = 1.0
+
+
+def test_an_attribute_of_a_dicts_item_changed_in_place_is_read_again():
+    try:
+        for shift in (0.0, 0.75):
+            HYPER["inner"].shift = shift
+            assert_run_is_reference(scaled_by_a_key)
+    finally:
+        HYPER["inner"].shift = 0.0
+
+
+@rj.recursive_model
+def scaled_by_a_missing_key(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return HYPER["scael"] * scaled_by_a_missing_key(node.left, p)
+
+
+def test_a_key_the_dict_does_not_hold_is_refused_at_its_line():
+    with pytest.raises(rj.UnsupportedError, match="`HYPER` has no key 'scael'; did you mean 'scale'") as error:
+        scaled_by_a_missing_key.run(FOREST, P)
+    assert error.value.expression == 'HYPER["scael"]'
+
+
 WEIGHTS = [0.5]
 
 

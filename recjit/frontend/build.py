@@ -6,6 +6,7 @@ every loop over the children resolves statically, and only tensor operations rem
 from the actual parameters and fields, so a shape error names the user's line."""
 import ast
 import builtins
+import difflib
 import sys
 from collections import Counter
 
@@ -580,13 +581,15 @@ class Interpreter(CellInterpreter):
         base = self.expr(node.value, env)
         if isinstance(node.slice, ast.Slice):
             return self.slice(base, node, env)
-        if isinstance(base, (ParamsView, NodeView)) and isinstance(node.slice, ast.Constant) \
-                and isinstance(node.slice.value, str):
-            what = "parameters" if isinstance(base, ParamsView) else "a node's fields"
-            raise self.unsupported(f"{what} are read as attributes: write "
-                                   f"`{ast.unparse(node.value)}.{node.slice.value}`, not "
-                                   f"`{ast.unparse(node)}`", node)
-        index = self.expr(node.slice, env)
+        if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+            if isinstance(base, (ParamsView, NodeView)):
+                what = "parameters" if isinstance(base, ParamsView) else "a node's fields"
+                raise self.unsupported(f"{what} are read as attributes: write "
+                                       f"`{ast.unparse(node.value)}.{node.slice.value}`, not "
+                                       f"`{ast.unparse(node)}`", node)
+            index = node.slice.value  # a key (`CONFIG["scale"]`), not a value computed with
+        else:
+            index = self.expr(node.slice, env)
         if isinstance(base, (ChildrenView, PerChild)) and self.builder.variable_arity:
             raise self.unsupported(f"indexing {_describe(base)} needs a fixed arity; with "
                                    f"arity=None, {VARIABLE_CHILDREN}", node)
@@ -616,13 +619,25 @@ class Interpreter(CellInterpreter):
         if isinstance(base, (tuple, list)) and isinstance(index, int):
             if not -len(base) <= index < len(base):
                 raise self.unsupported(f"index {index} of {_describe(base)}", node)
-            path = self.builder.outside.path_of(base)
-            if path is not None:  # compared as a whole at each run; reads into it are paths
-                self.builder.outside.register(path.child(Item(index)), base[index])
-            return base[index]
+            return self.item(base, index)
+        if isinstance(base, dict) and isinstance(index, (str, int, float, bool)):
+            if index not in base:
+                close = difflib.get_close_matches(str(index), [str(k) for k in base], 1)
+                raise self.unsupported(f"`{ast.unparse(node.value)}` has no key {index!r}"
+                                       + (f"; did you mean {close[0]!r}?" if close else ""),
+                                       node)
+            return self.item(base, index)
         raise self.unsupported(f"indexing {_describe(base)} by {_describe(index)} is not "
                                "part of the cell language (gather a parameter row by a node "
                                "field, or slice a vector)", node)
+
+    def item(self, container, key):
+        """`container[key]`, of a list, tuple or dict from outside the cell: the container is
+        compared as a whole at each run, and a read further into the item is a path."""
+        path = self.builder.outside.path_of(container)
+        if path is not None:
+            self.builder.outside.register(path.child(Item(key)), container[key])
+        return container[key]
 
     def slice(self, base, node, env):
         if isinstance(base, ChildrenView):  # `node.children[::-1]`, with a fixed arity

@@ -233,6 +233,16 @@ def test_from_networkx_makes_an_edge_u_to_v_a_child_u_of_v():
         rj.Forest.from_networkx(networkx.DiGraph([("a", "b")]), fields=["x"])
 
 
+def test_from_networkx_orders_a_nodes_children_as_their_edges_to_it_were_added():
+    """Not by the order of the nodes: an N-ary cell's left child is the first edge's."""
+    graph = networkx.DiGraph()
+    graph.add_nodes_from(["root", "right", "left"])
+    graph.add_edges_from([("left", "root"), ("right", "root")])
+    forest = rj.Forest.from_networkx(graph)
+    assert [forest.node_keys[child] for child in forest.children(forest.roots[0])] == \
+        ["left", "right"]
+
+
 def test_from_networkx_takes_one_field_name_as_a_string():
     graph = networkx.DiGraph([("a", "b")])
     networkx.set_node_attributes(graph, {"a": 4, "b": -1}, "word")

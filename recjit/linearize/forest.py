@@ -300,15 +300,17 @@ class Forest:
     @classmethod
     def from_networkx(cls, graph, fields=(), kind=None):
         """A networkx DiGraph whose edges point the way data flows: an edge u → v makes u a
-        child of v (v reads u's state), so the sinks are the roots. Node attributes named in
-        `fields` become fields; `.node_keys` lists the graph's nodes in recjit's order.
-        `kind` defaults to "tree" when no node has two successors, else "dag"."""
+        child of v (v reads u's state), so the sinks are the roots. A node's children are in
+        the order their edges to it were added (`graph.predecessors(v)`: `node.left` is the
+        first), whatever the order of the nodes. Node attributes named in `fields` become
+        fields; `.node_keys` lists the graph's nodes in recjit's order. `kind` defaults to
+        "tree" when no node has two successors, else "dag"."""
         if not (hasattr(graph, "is_directed") and graph.is_directed()) or graph.is_multigraph():
             raise InputError(f"from_networkx takes a networkx DiGraph (edges point the way data "
                              f"flows, one edge a pair), not {type(graph).__name__}")
         keys = list(graph.nodes)
         index = {key: position for position, key in enumerate(keys)}
-        edges = [(index[v], index[u]) for u, v in graph.edges]
+        edges = [(index[v], index[u]) for v in keys for u in graph.predecessors(v)]
         values = {}
         for name in (fields,) if isinstance(fields, str) else fields:
             missing = [key for key in keys if name not in graph.nodes[key]]

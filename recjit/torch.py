@@ -226,8 +226,10 @@ class _Layout:
         if fields:
             for name, value in fields.items():
                 if value.shape[:1] != (forest.num_nodes,):
-                    raise InputError(f"field {name!r} has {value.shape[:1]} rows; the forest "
-                                     f"has {forest.num_nodes} nodes")
+                    rows = (f"{value.shape[0]} row{'' if value.shape[0] == 1 else 's'}"
+                            if value.ndim else "no rows (a scalar)")
+                    raise InputError(f"field {name!r} has {rows}, where the forest has "
+                                     f"{forest.num_nodes} nodes: a row a node")
             forest = Forest(forest.child_ptr, forest.child_idx, forest.roots,
                             {**forest.fields, **fields}, forest.kind)
         return (DeviceParams if on_gpu else Params)(**params), forest, tuple(context)

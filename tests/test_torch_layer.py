@@ -416,7 +416,8 @@ def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():
     params = {name: torch.zeros(shape, dtype=torch.float64)
               for name, shape in (("E", (VOCAB, HIDDEN)), ("W", (HIDDEN, HIDDEN)),
                                   ("U", (HIDDEN, HIDDEN)))}
-    with pytest.raises(rj.InputError, match="field 'x' has"):
+    with pytest.raises(rj.InputError, match="field 'x' has 1 row, where the forest has 3 "
+                                            "nodes"):
         rj.torch.apply(fielded, forest, params, fields={"x": torch.zeros(1, HIDDEN)})
 
 

@@ -6,6 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import recjit as rj
+from tree_lstm import make_params, tree_lstm
 
 
 def test_from_nested_numbers_nodes_in_preorder_with_words_on_leaves():
@@ -371,6 +372,16 @@ def test_batches_bucketed_by_height_hold_trees_of_about_one_height():
     batches = list(forest.batches(4, shuffle=True, seed=2, bucket_by_height=True))
     ranges = sorted((b.root_heights().min(), b.root_heights().max()) for b in batches)
     assert all(high <= low_next for (_, high), (low_next, _) in zip(ranges, ranges[1:]))
+
+
+def test_batches_with_their_indices_put_what_they_compute_back_in_the_corpus_order():
+    forest = rj.Forest.random_binary(11, seed=3, mean_leaves=5, vocab_size=10)
+    p = make_params(4, 10, "float64", 0)
+    states = np.full((forest.roots.size, 4), np.nan)
+    for positions, batch in forest.batches(3, shuffle=True, seed=4, bucket_by_height=True,
+                                           indices=True):
+        states[positions] = tree_lstm.run(batch, p).roots[0]
+    np.testing.assert_allclose(states, tree_lstm.run(forest, p).roots[0], rtol=1e-12)
 
 
 def test_a_pass_in_batches_checks_the_forests_structure_once_at_the_call(monkeypatch):

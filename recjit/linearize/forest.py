@@ -98,28 +98,30 @@ class Forest:
                       {name: values[kept] for name, values in self.fields.items()},
                       self.kind, self.vocab)
 
-    def batches(self, size, shuffle=False, seed=None, bucket_by_height=False):
+    def batches(self, size, shuffle=False, seed=None, bucket_by_height=False, indices=False):
         """The forest's trees in batches of `size` (a forest each, `select`ed), for a pass over
         a corpus: in order, or in a random order (`shuffle`, reproducible with `seed`). With
         `bucket_by_height`, each batch holds trees of about one height, which makes fewer,
-        fuller batches of nodes to run (the batches themselves shuffled, with `shuffle`)."""
+        fuller batches of nodes to run (the batches themselves shuffled, with `shuffle`). With
+        `indices`, each comes as (its trees' positions in `roots`, the batch), so that what a
+        batch computes goes back to the corpus's order."""
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
                              f"1, not {size!r}")
         shuffle = checked_flag("Forest.batches: shuffle", shuffle)
         bucket_by_height = checked_flag("Forest.batches: bucket_by_height", bucket_by_height)
+        indices = checked_flag("Forest.batches: indices", indices)
         self._require_host("batches")
         check_structure(self)  # once, here: a check a batch read the whole corpus each time
         rng = _generator(seed)
         order = rng.permutation(self.roots.size) if shuffle else np.arange(self.roots.size)
-        if not bucket_by_height:
-            return (self._select(order[begin:begin + size])
-                    for begin in range(0, order.size, size))
-        order = order[np.argsort(self.root_heights()[order], kind="stable")]
+        if bucket_by_height:
+            order = order[np.argsort(self.root_heights()[order], kind="stable")]
         groups = [order[begin:begin + size] for begin in range(0, order.size, size)]
-        if shuffle:
+        if bucket_by_height and shuffle:
             groups = [groups[k] for k in rng.permutation(len(groups))]
-        return (self._select(group) for group in groups)
+        return ((group, self._select(group)) if indices else self._select(group)
+                for group in groups)
 
     def root_heights(self):
         """The height of each root's tree (a leaf's is 0), in the order of `roots`."""

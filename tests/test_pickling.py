@@ -149,3 +149,50 @@ def test_pickling_a_pullback_is_refused_saying_what_to_send_instead():
     gradients = pullback(roots=(np.ones_like(out.roots[0]), None))
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(gradients)).params.U_iou,
                                   gradients.params.U_iou)
+
+
+def words_forest(vocab, line="(3 (2 good) (1 movie))"):
+    return rj.Forest.from_ptb([line], vocab=vocab)
+
+
+def test_forests_sent_one_at_a_time_with_one_vocabulary_arrive_sharing_it():
+    """As a DataLoader's worker sends its batches: the vocabulary is loaded once, and
+    `Forest.concat` of the batches finds it the same dict."""
+    vocab = {f"word{k}": k for k in range(1000)}
+    forests = [words_forest(vocab, line)
+               for line in ("(3 (2 good) (1 movie))", "(1 (2 bad) (1 film))")]
+    first, second = (pickle.loads(pickle.dumps(forest)) for forest in forests)
+    assert first.vocab is second.vocab and first.vocab == vocab
+    assert rj.Forest.concat([first, second]).vocab is first.vocab
+
+
+def test_a_vocabulary_is_pickled_once_while_it_keeps_its_words(monkeypatch):
+    from recjit.linearize import vocabularies
+    made, make = [], vocabularies.Pickled
+    monkeypatch.setattr(vocabularies, "Pickled",
+                        lambda vocabulary: made.append(vocabulary) or make(vocabulary))
+    vocab = {}
+    forest = words_forest(vocab)
+    pickle.dumps(forest)
+    pickle.dumps(forest)
+    assert len(made) == 1
+    words_forest(vocab, "(1 (2 bad) (1 film))")
+    pickle.dumps(forest)
+    assert len(made) == 2
+
+
+def test_a_vocabulary_extended_between_two_sends_arrives_extended():
+    vocab = {}
+    forest = words_forest(vocab)
+    before = pickle.loads(pickle.dumps(forest)).vocab
+    words_forest(vocab, "(1 (2 bad) (1 film))")
+    after = pickle.loads(pickle.dumps(forest)).vocab
+    assert after == vocab and len(before) == 2 and len(after) == 4
+
+
+def test_a_copy_of_a_forest_shares_its_vocabulary_and_a_deep_copy_has_its_own():
+    vocab = {}
+    forest = words_forest(vocab)
+    assert copy.copy(forest).vocab is vocab
+    deep = copy.deepcopy(forest)
+    assert deep.vocab == vocab and deep.vocab is not vocab

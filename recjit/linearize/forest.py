@@ -1,16 +1,15 @@
 """`Forest`: a batch of trees or DAGs as CSR arrays plus named per-node fields.
 
 Constructors never recurse in Python, so a chain of any depth can be built."""
-import collections
 import copy
 import re
-import threading
 
 import numpy as np
 
 from ..errors import InputError, checked_flag
 from ..params import check_as_array, on_device, shape_and_dtype, to_host
 from .linearizer import check_structure, first_bad_structure, native
+from .vocabularies import Recent, pickled
 
 KINDS = ("tree", "dag", "sequence")
 
@@ -40,6 +39,26 @@ class Forest:
     @property
     def labels(self):
         return self.fields.get("label")
+
+    def __getstate__(self):
+        """Its vocabularies as `vocabularies.Pickled`, made once while a dict keeps its words
+        and loaded once a process: not a dict's pickle with every forest."""
+        state = dict(self.__dict__)
+        for name in _VOCABULARIES:
+            if type(state.get(name)) is dict:
+                state[name] = pickled(state[name])
+        return state
+
+    def __copy__(self):
+        copied = Forest.__new__(Forest)
+        copied.__dict__.update(self.__dict__)
+        return copied
+
+    def __deepcopy__(self, memo):
+        copied = Forest.__new__(Forest)
+        memo[id(self)] = copied
+        copied.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return copied
 
     @property
     def device_fields(self):
@@ -574,13 +593,20 @@ def _is_nltk_tree(value):
     return isinstance(value, list) and callable(getattr(value, "label", None))
 
 
+# The dicts readers extended last, each with its next id: a corpus read a tree a call
+# (`Forest.from_ptb([line], vocab=vocab)` in a loop) then neither checks every id nor looks
+# for the largest at each call; both scanned the whole vocabulary, and SST train's 8,544 lines
+# took 10 s to read.
+_readers = Recent()
+
+
 def _vocabulary(name, what, kept_as, vocabulary, new_if_none=True):
     """`vocabulary` checked: a dict of `what` to its id, a non-negative int, as a forest read
     before keeps it (its attribute `kept_as`); None is a new one (or, unless `new_if_none`,
-    stays None). One a reader left as it is (`_RecentVocabularies`) is not checked again."""
+    stays None). One a reader left as it is (`_readers`) is not checked again."""
     if vocabulary is None:
         return {} if new_if_none else None
-    if _recent.next_id(vocabulary) is not None:
+    if _readers.find(id(vocabulary), vocabulary) is not None:
         return vocabulary
     if not isinstance(vocabulary, dict) or not all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i <= MAX_NODES
@@ -593,63 +619,23 @@ def _vocabulary(name, what, kept_as, vocabulary, new_if_none=True):
 def _id_in(vocabulary):
     """A function giving each key its id in `vocabulary`, a new one for a new key: one past
     the largest id, found once (a key a time, it made reading a corpus quadratic), or known
-    from the last reader that extended it (`_RecentVocabularies`)."""
-    next_id = _recent.next_id(vocabulary)
+    from the last reader that extended it (`_readers`)."""
+    next_id = _readers.find(id(vocabulary), vocabulary)
     if next_id is None:
         next_id = max(vocabulary.values(), default=-1) + 1
-        _recent.left(vocabulary, next_id)
+        _readers.enter(id(vocabulary), vocabulary, next_id)
 
     def identify(key):
         nonlocal next_id
         if key not in vocabulary:
             vocabulary[key] = next_id
             next_id += 1
-            _recent.left(vocabulary, next_id)
+            _readers.enter(id(vocabulary), vocabulary, next_id)
         return vocabulary[key]
     return identify
 
 
-class _RecentVocabularies:
-    """The last few vocabularies a reader extended, each with its length, its last key and
-    its next id as the reader left it. A corpus read a tree a call through one dict
-    (`Forest.from_ptb([line], vocab=vocab)` in a loop) then neither checks every id nor looks
-    for the largest at each call: both scanned the whole vocabulary, and SST train's 8,544
-    lines took 10 s to read. A dict the caller changed since, adding or removing a word (its
-    length, or its last key, differs), is checked and scanned again; one whose ids the caller
-    renumbered in place, keeping its words, is not noticed. The dicts are held, not only
-    their ids, so that an id is never another dict's."""
-
-    SIZE = 8
-
-    def __init__(self):
-        self.entries = collections.OrderedDict()  # id: (dict, length, last key, next id)
-        self.lock = threading.Lock()
-
-    def next_id(self, vocabulary):
-        """The next id of `vocabulary` if a reader left it so and it kept its words, else
-        None."""
-        entry = self.entries.get(id(vocabulary))
-        if (entry is not None and entry[0] is vocabulary and entry[1] == len(vocabulary)
-                and _last_key(vocabulary) is entry[2]):
-            return entry[3]
-        return None
-
-    def left(self, vocabulary, next_id):
-        """A reader leaves `vocabulary` with `next_id` as its next id."""
-        with self.lock:
-            self.entries[id(vocabulary)] = (vocabulary, len(vocabulary),
-                                            _last_key(vocabulary), next_id)
-            self.entries.move_to_end(id(vocabulary))
-            while len(self.entries) > self.SIZE:
-                self.entries.popitem(last=False)
-
-
-_recent = _RecentVocabularies()
-
-
-def _last_key(vocabulary):
-    """The key last added to dict `vocabulary` (None if it is empty)."""
-    return next(reversed(vocabulary), None)
+_VOCABULARIES = ("vocab", "label_vocab")  # the attributes a reader keeps its dicts in
 
 
 class _Builder:

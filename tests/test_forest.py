@@ -367,6 +367,12 @@ def test_batches_cover_every_tree_once_in_order_or_shuffled_by_seed():
         sorted(heights.tolist())
 
 
+def test_batches_have_a_length_for_a_progress_bars_total():
+    forest = rj.Forest.random_binary(10, seed=0, mean_leaves=4, vocab_size=10)
+    batches = forest.batches(4, bucket_by_height=True)
+    assert len(batches) == 3 and len(list(batches)) == 3
+
+
 def test_batches_bucketed_by_height_hold_trees_of_about_one_height():
     forest = rj.Forest.random_binary(12, seed=1, mean_leaves=6, vocab_size=10)
     batches = list(forest.batches(4, shuffle=True, seed=2, bucket_by_height=True))

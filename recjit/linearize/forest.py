@@ -123,7 +123,8 @@ class Forest:
         `bucket_by_height`, each batch holds trees of about one height, which makes fewer,
         fuller batches of nodes to run (the batches themselves shuffled, with `shuffle`). With
         `indices`, each comes as (its trees' positions in `roots`, the batch), so that what a
-        batch computes goes back to the corpus's order."""
+        batch computes goes back to the corpus's order. The `Batches` have a length, for a
+        progress bar's total (`tqdm(forest.batches(256))`)."""
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 1:
             raise InputError(f"Forest.batches: size must be a whole number of trees, at least "
                              f"1, not {size!r}")
@@ -139,8 +140,7 @@ class Forest:
         groups = [order[begin:begin + size] for begin in range(0, order.size, size)]
         if bucket_by_height and shuffle:
             groups = [groups[k] for k in rng.permutation(len(groups))]
-        return ((group, self._select(group)) if indices else self._select(group)
-                for group in groups)
+        return Batches(self, groups, indices)
 
     def root_heights(self):
         """The height of each root's tree (a leaf's is 0), in the order of `roots`."""
@@ -633,6 +633,22 @@ def _id_in(vocabulary):
             _readers.enter(id(vocabulary), vocabulary, next_id)
         return vocabulary[key]
     return identify
+
+
+class Batches:
+    """A pass over a forest in batches (`Forest.batches`): each batch is selected as it is
+    reached; `len` is their number. Each pass over it takes the same batches."""
+
+    def __init__(self, forest, groups, indices):
+        self.forest, self.groups, self.indices = forest, groups, indices
+
+    def __len__(self):
+        return len(self.groups)
+
+    def __iter__(self):
+        for group in self.groups:
+            batch = self.forest._select(group)
+            yield (group, batch) if self.indices else batch
 
 
 _VOCABULARIES = ("vocab", "label_vocab")  # the attributes a reader keeps its dicts in

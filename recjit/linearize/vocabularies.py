@@ -7,9 +7,9 @@ kept, is not noticed.
 
 A forest pickles its vocabulary as `Pickled`: the dict's own pickle and its digest, made once
 while the dict keeps its words, and loaded once a process, so that forests sent with the same
-vocabulary share the dict the first one loaded. SST train's (18,280 words) is 280 KB that took
-4.3 ms to pickle and 2.1 ms to load, a batch at a time: a DataLoader whose workers sent
-batches of 25 trees delivered one every 6.2 ms, against 1.2 without the vocabulary."""
+vocabulary share the dict the first one loaded. Pickled and loaded with every batch a
+DataLoader's workers send, a corpus's vocabulary cost more than reading the batches
+(docs/processes.md)."""
 import collections
 import hashlib
 import pickle

@@ -8,8 +8,8 @@ import inspect
 import linecache
 import os
 import threading
-from multiprocessing.reduction import ForkingPickler
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 
@@ -216,8 +216,9 @@ class RecursiveModel:
         of the cell and of the functions it calls, which the other side gives linecache so
         that the cell can be analysed there. Compiled kernels are not pickled: the other side
         compiles, or loads them from numba's disk cache."""
-        if self._reference(main=False) is not None:
-            return _model_in_module, self._reference(main=False)
+        reference = self._reference(main=False)
+        if reference is not None:
+            return _model_in_module, reference
         return _unpickled_model, (), self.__getstate__()
 
     def _reduce_for_processes(self):

@@ -140,8 +140,10 @@ def treebank(directory, trees):
 
 
 def test_a_training_set_smaller_than_a_batch_trains_in_one_step(tmp_path, monkeypatch):
-    """The plain PyTorch backend: the script's epoch, without a kernel to compile."""
+    """The plain PyTorch backend: the script's epoch, without a kernel to compile (nor
+    matplotlib, which the test extra leaves out, to plot it)."""
     record = tmp_path / "record"
+    monkeypatch.setattr(train_sst, "plot", lambda record, path: None)
     monkeypatch.setattr(sys, "argv", [
         "train_sst.py", "--data", treebank(tmp_path, 10), "--backend", "torch", "--epochs", "1",
         "--embedding", "4", "--hidden", "3", "--record", str(record)])

@@ -85,10 +85,12 @@ def test_a_word_the_caller_adds_between_reads_keeps_its_id_and_the_next_new_word
 
 
 def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
+    """Windows' line ends and the byte-order mark its editors put first included."""
     lines = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))"]
     expected = rj.Forest.from_ptb(lines)
     for text in ("\n".join(lines) + "\n", [line.encode() for line in lines],
-                 "\n".join(lines).encode()):
+                 "\n".join(lines).encode(), "\ufeff" + "\r\n".join(lines) + "\r\n",
+                 ("\ufeff" + "\r\n".join(lines)).encode()):
         forest = rj.Forest.from_ptb(text)
         assert forest.labels.tolist() == expected.labels.tolist()
         assert forest.fields["word"].tolist() == expected.fields["word"].tolist()

@@ -376,6 +376,8 @@ class Forest:
                     raise InputError(f"PTB line {line_number} is not UTF-8 ({error})") from None
             if not isinstance(line, str):
                 raise InputError(f"PTB line {line_number} is a {type(line).__name__}, not text")
+            if line_number == 1:  # a byte-order mark, as Windows editors save UTF-8 files
+                line = line.removeprefix("\ufeff")
             roots += builder.add_ptb(line, line_number, word_id, label_id)
         if builder.open_nodes:
             raise InputError(f"PTB line {builder.tree_line}: unbalanced brackets (a tree "

@@ -591,6 +591,10 @@ class RecursiveModel:
         roots given that element's unit cotangent (pfor's vectorized jacobian); on the CPU,
         or with `backend="cuda"` the GPU's forward and backward kernels."""
         checked_backend(backend)
+        if not isinstance(wrt, str):
+            raise InputError(f"wrt must be the name of one float field or gathered table, a "
+                             f"string, not {type(wrt).__name__} {wrt!r}: a jacobian is taken "
+                             f"with respect to one at a time")
         analysis = self.analyse()
         bound = self.with_context(analysis, p, context)
         cell = self._cell_for(analysis, forest, bound)

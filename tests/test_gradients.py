@@ -546,6 +546,14 @@ def test_a_jacobian_refuses_what_the_cell_does_not_read_naming_it():
         tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt="W")
 
 
+@pytest.mark.parametrize("wrt", [["E"], ("E", "x"), None], ids=["a list", "a tuple", "None"])
+def test_a_jacobians_wrt_that_is_not_one_name_is_refused_saying_so(wrt):
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.InputError, match="wrt must be the name of one float field or "
+                                            "gathered table, a string"):
+        tree_rnn.jacobian(forest, tree_rnn_params(HIDDEN, VOCAB, "float64"), wrt=wrt)
+
+
 @rj.recursive_model(arity=2)
 def tagged(node, p):
     """Two rows of one table at every leaf, by two fields."""

@@ -7,8 +7,9 @@ import numpy as np
 
 import recjit as rj
 
-SST_TEST = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
-                                        "shared", "data", "sst", "test.txt"))
+SST = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                   "shared", "data", "sst"))
+SST_TEST = os.path.join(SST, "test.txt")
 STRUCTURES = {"tree": "trees", "dag": "DAGs", "sequence": "sequences"}
 
 

@@ -15,11 +15,8 @@ import numpy as np
 from tqdm import tqdm
 
 import recjit as rj
-from common import existing_file, positive
+from common import SST, existing_file, positive
 from tree_lstm import child_sum_tree_lstm, make_params
-
-SST_TRAIN = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst",
-                         "train.txt")
 
 
 def root_states(forest, p, batch):
@@ -33,7 +30,7 @@ def root_states(forest, p, batch):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--trees", type=existing_file, default=SST_TRAIN,
+    parser.add_argument("--trees", type=existing_file, default=os.path.join(SST, "train.txt"),
                         help="a PTB file, a tree a line (default: SST's train.txt)")
     parser.add_argument("--batch", type=positive, default=256, help="trees per batch")
     parser.add_argument("--hidden", type=positive, default=150, help="hidden size")

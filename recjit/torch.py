@@ -64,6 +64,9 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     for name in sparse:
         _check_not_a_view(name, params[name])
         _keep_rows_coalesced(params[name])
+    if fields is not None and not isinstance(fields, Mapping):
+        raise InputError(f"fields must be a dict {{name: tensor}} of float fields a row a "
+                         f"node, not {type(fields).__name__}")
     fields = dict(fields or {})
     inputs = ([("parameter", name, params[name]) for name in names]
               + [("field", name, fields[name]) for name in sorted(fields)]

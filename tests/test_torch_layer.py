@@ -411,6 +411,12 @@ def test_a_modules_unknown_backend_is_refused_as_it_is_made():
                         **vars(tree_lstm_params(HIDDEN, VOCAB, "float64", 0)))
 
 
+def test_fields_that_are_not_a_dict_are_refused_saying_what_they_must_be():
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.InputError, match=r"fields must be a dict \{name: tensor\}"):
+        module()(forest, fields=[torch.zeros(forest.num_nodes, HIDDEN)])
+
+
 def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():
     forest = rj.Forest.from_nested([(0, 1)])
     params = {name: torch.zeros(shape, dtype=torch.float64)

@@ -297,6 +297,9 @@ class RecursiveModel:
         `analyse()`) bound by name, as every compiling method takes them: a kernel reads them
         as parameters."""
         names = analysis.usage.context
+        if not isinstance(context, (tuple, list)):
+            raise InputError(f"context= takes the cell's arguments after p as a tuple, "
+                             f"context=(value,) for one, not a {type(context).__name__}")
         context = tuple(context)
         if isinstance(p, WithContext) and not context:
             return p  # bound already, by the method that called this one

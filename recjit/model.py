@@ -297,10 +297,7 @@ class RecursiveModel:
         `analyse()`) bound by name, as every compiling method takes them: a kernel reads them
         as parameters."""
         names = analysis.usage.context
-        if not isinstance(context, (tuple, list)):
-            raise InputError(f"context= takes the cell's arguments after p as a tuple, "
-                             f"context=(value,) for one, not a {type(context).__name__}")
-        context = tuple(context)
+        context = _context_tuple(context)
         if isinstance(p, WithContext) and not context:
             return p  # bound already, by the method that called this one
         context = self.with_defaults(names, context)
@@ -636,7 +633,7 @@ class RecursiveModel:
         _require_forest(forest)
         forest = forest.on_host()
         analysis = self.analyse()
-        context = self.with_defaults(analysis.usage.context, tuple(context))
+        context = self.with_defaults(analysis.usage.context, _context_tuple(context))
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
         cell = self._cell_for(analysis, forest, bound)
         linearized = self.linearize(forest)
@@ -770,6 +767,15 @@ def _importable(module, qualname):
         return value
     except (ImportError, AttributeError):
         return None
+
+
+def _context_tuple(context):
+    """`context=` as a tuple; anything but a tuple or list is refused (a number alone, as for
+    a cell of one context argument, is not iterable; an array would be taken apart)."""
+    if not isinstance(context, (tuple, list)):
+        raise InputError(f"context= takes the cell's arguments after p as a tuple, "
+                         f"context=(value,) for one, not a {type(context).__name__}")
+    return tuple(context)
 
 
 def _model_in_module(module, qualname):

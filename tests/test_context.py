@@ -114,9 +114,10 @@ def test_a_missing_context_value_names_the_arguments():
                          ids=["a number", "an array", "a dict"])
 def test_a_context_that_is_not_a_tuple_is_refused_showing_the_tuple(context):
     """A number alone was iterated over (Python's TypeError); an array, element by element."""
-    with pytest.raises(rj.InputError, match=r"context= takes the cell's arguments after p as "
-                                            r"a tuple, context=\(value,\) for one"):
-        gated_sum.run(rj.Forest.from_nested([(1, 2)]), params(3), context=context)
+    for method in (gated_sum.run, gated_sum.reference):
+        with pytest.raises(rj.InputError, match=r"context= takes the cell's arguments after p "
+                                                r"as a tuple, context=\(value,\) for one"):
+            method(rj.Forest.from_nested([(1, 2)]), params(3), context=context)
 
 
 def test_a_context_argument_named_like_a_parameter_is_refused():

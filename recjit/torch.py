@@ -64,6 +64,9 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     for name in sparse:
         _check_not_a_view(name, params[name])
         _keep_rows_coalesced(params[name])
+    if not isinstance(context, (tuple, list)):
+        raise InputError(f"context must be a tuple of the cell's arguments after p, "
+                         f"context=(value,) for one, not a {type(context).__name__}")
     if fields is not None and not isinstance(fields, Mapping):
         raise InputError(f"fields must be a dict {{name: tensor}} of float fields a row a "
                          f"node, not {type(fields).__name__}")

@@ -417,6 +417,13 @@ def test_fields_that_are_not_a_dict_are_refused_saying_what_they_must_be():
         module()(forest, fields=[torch.zeros(forest.num_nodes, HIDDEN)])
 
 
+@pytest.mark.parametrize("context", [0.5, torch.tensor(0.5)], ids=["a number", "a tensor"])
+def test_a_context_that_is_not_a_tuple_is_refused_showing_the_tuple(context):
+    forest = rj.Forest.from_nested([(0, 1)])
+    with pytest.raises(rj.InputError, match=r"context must be a tuple .*context=\(value,\)"):
+        module()(forest, context=context)
+
+
 def test_a_field_with_a_row_per_node_missing_is_refused_naming_it():
     forest = rj.Forest.from_nested([(0, 1)])
     params = {name: torch.zeros(shape, dtype=torch.float64)

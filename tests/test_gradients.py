@@ -180,6 +180,28 @@ def test_a_row_gradient_sums_each_rows_values_whatever_their_order(width, segmen
     np.testing.assert_allclose(rows.to_dense(), expected, rtol=1e-14, atol=1e-14)
 
 
+def test_row_gradients_of_two_batches_add_up_to_the_rows_of_both():
+    """Gradients accumulated over batches, as a training loop sums them."""
+    forests = [rj.Forest.from_nested([((0, 4), 4)]), rj.Forest.from_nested([(2, (4, 5))])]
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=3)
+    rows = [pullback(roots=np.ones_like(out.roots[0])).params.E
+            for out, pullback in (tree_rnn.vjp(forest, p) for forest in forests)]
+    total = rows[0] + rows[1]
+    assert isinstance(total, rj.RowGrad) and total.indices.tolist() == [0, 2, 4, 5]
+    np.testing.assert_allclose(total.to_dense(), rows[0].to_dense() + rows[1].to_dense(),
+                               rtol=1e-15)
+
+
+def test_a_row_gradient_times_a_learning_rate_keeps_its_rows_and_steps_the_table():
+    forest = rj.Forest.from_nested([((0, 4), 4)])
+    p = tree_rnn_params(HIDDEN, VOCAB, "float64", seed=4)
+    out, pullback = tree_rnn.vjp(forest, p)
+    rows = pullback(roots=np.ones_like(out.roots[0])).params.E
+    scaled = 0.1 * rows
+    assert isinstance(scaled, rj.RowGrad) and scaled.indices.tolist() == [0, 4]
+    np.testing.assert_array_equal(p.E - scaled, p.E - 0.1 * rows.to_dense())
+
+
 def test_a_pullback_may_be_called_again_and_a_missing_cotangent_is_zero():
     forest = rj.Forest.from_nested([((0, 1), 2)])
     out, pullback = tree_lstm.vjp(forest, tree_lstm_params(HIDDEN, VOCAB, "float64"))

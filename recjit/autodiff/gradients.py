@@ -12,7 +12,8 @@ WIDE_ROW = 256
 class RowGrad:
     """The gradient of a table a cell only gathers rows from: `indices`, the rows gathered
     (unique, sorted), and `values`, each one's summed gradient. Most rows of an embedding get
-    none; `to_dense()` (or `np.asarray`) is the table-shaped array."""
+    none; `to_dense()` (or `np.asarray`) is the table-shaped array. Two add up to the rows of
+    both, and a number scales the rows (`p.E - lr * g.params.E` is the dense step)."""
 
     def __init__(self, indices, values, shape):
         self.indices = indices
@@ -61,6 +62,40 @@ class RowGrad:
 
     def __repr__(self):
         return f"RowGrad({self.indices.size} of {self.shape[0]} rows, shape={self.shape})"
+
+    # arithmetic, as an optimizer's step or a sum over batches writes it: with another
+    # table's rows or a number it keeps its rows; with anything else it is the dense table
+    def __add__(self, other):
+        if isinstance(other, RowGrad):
+            if other.shape != self.shape:
+                raise ValueError(f"RowGrad of shape {self.shape} plus one of {other.shape}")
+            return RowGrad.summed(np.concatenate([self.indices, other.indices]),
+                                  np.concatenate([self.values, other.values]), self.shape,
+                                  np.result_type(self.values, other.values))
+        return self.to_dense() + other
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return RowGrad(self.indices, -self.values, self.shape)
+
+    def __sub__(self, other):
+        return self + (-other)
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        if np.ndim(other) == 0 and not isinstance(other, RowGrad):
+            return RowGrad(self.indices, self.values * other, self.shape)
+        return self.to_dense() * np.asarray(other)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other):
+        if np.ndim(other) == 0 and not isinstance(other, RowGrad):
+            return RowGrad(self.indices, self.values / other, self.shape)
+        return self.to_dense() / np.asarray(other)
 
 
 class Gradients:

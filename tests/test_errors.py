@@ -40,7 +40,8 @@ def test_more_children_than_the_declared_arity_names_the_node():
 def test_a_shared_node_in_a_tree_model_is_refused():
     forest = rj.Forest.from_edges(5, [(0, 1), (0, 2), (1, 3), (1, 4), (2, 3), (2, 4)],
                                   fields={"word": [-1, -1, -1, 0, 1]})
-    with pytest.raises(rj.InputError, match="node 3 has two parents"):
+    with pytest.raises(rj.InputError, match=r"node 3 has two parents, which a tree does not: "
+                                            r".*@rj\.recursive_model\(kind='dag'\)"):
         tree_rnn.run(forest, rj.Params(E=np.ones((2, 3)), W=np.eye(3), U=np.eye(3),
                                        b=np.zeros(3)))
 

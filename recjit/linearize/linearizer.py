@@ -300,8 +300,9 @@ def _structure_error(status, culprit, forest, arity):
                        f"start at 0 and end at len(child_idx) = {forest.child_idx.size})",
         CHILD_OUT_OF_RANGE: f"node {culprit} has a child outside 0..{forest.num_nodes - 1}",
         ROOT_OUT_OF_RANGE: f"root #{culprit} is outside 0..{forest.num_nodes - 1}",
-        TWO_PARENTS: f"node {culprit} has two parents, but a tree model needs a tree "
-                     f"(use kind='dag' for shared nodes)",
+        TWO_PARENTS: f"node {culprit} has two parents, which a tree does not: shared "
+                     f"nodes need a forest of kind='dag' and a model declared "
+                     f"@rj.recursive_model(kind='dag')",
         ROOT_IS_CHILD: f"root node {culprit} is also a child of another node",
         ORPHAN: f"node {culprit} is neither a root nor anyone's child",
         CYCLE: f"node {culprit} lies on a cycle or depends on one; a forest must be acyclic",

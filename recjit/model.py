@@ -26,8 +26,8 @@ from .lowering import (barriers_per_batch, check_schedule, choose_schedule, lowe
                        print_kernel, refactor_variants)
 from .lowering.arguments import weight_shapes
 from .ops import filling
-from .params import (WithContext, check_as_array, described, is_weak, params_on_host, pinned,
-                     shape_and_dtype, to_host)
+from .params import (WithContext, check_as_array, context_tuple, described, is_weak,
+                     params_on_host, pinned, shape_and_dtype, to_host)
 from .reference import NodeView, memoised_state, run_reference
 from .result import Result
 from .schedule import Schedule, checked_schedule
@@ -226,7 +226,9 @@ class RecursiveModel:
         script is a reference to `__main__`, as pickle makes it for the script's functions,
         since the pool's processes run the same script (forked, or importing it again)."""
         reference = self._reference(main=True)
-        return (_model_in_module, reference) if reference else self.__reduce__()
+        if reference is not None:
+            return _model_in_module, reference
+        return _unpickled_model, (), self.__getstate__()
 
     def _reference(self, main):
         """(module, qualified name) under which importing finds this model, or None; `main`:
@@ -297,7 +299,7 @@ class RecursiveModel:
         `analyse()`) bound by name, as every compiling method takes them: a kernel reads them
         as parameters."""
         names = analysis.usage.context
-        context = _context_tuple(context)
+        context = context_tuple(context)
         if isinstance(p, WithContext) and not context:
             return p  # bound already, by the method that called this one
         context = self.with_defaults(names, context)
@@ -633,7 +635,7 @@ class RecursiveModel:
         _require_forest(forest)
         forest = forest.on_host()
         analysis = self.analyse()
-        context = self.with_defaults(analysis.usage.context, _context_tuple(context))
+        context = self.with_defaults(analysis.usage.context, context_tuple(context))
         bound = self.with_context(analysis, p, context)  # refuses a wrong count, as `run` does
         cell = self._cell_for(analysis, forest, bound)
         linearized = self.linearize(forest)
@@ -767,15 +769,6 @@ def _importable(module, qualname):
         return value
     except (ImportError, AttributeError):
         return None
-
-
-def _context_tuple(context):
-    """`context=` as a tuple; anything but a tuple or list is refused (a number alone, as for
-    a cell of one context argument, is not iterable; an array would be taken apart)."""
-    if not isinstance(context, (tuple, list)):
-        raise InputError(f"context= takes the cell's arguments after p as a tuple, "
-                         f"context=(value,) for one, not a {type(context).__name__}")
-    return tuple(context)
 
 
 def _model_in_module(module, qualname):

@@ -134,6 +134,15 @@ def shape_and_dtype(value):
     return value.shape, value.dtype
 
 
+def context_tuple(context):
+    """`context=` as a tuple; anything but a tuple or list is refused (a number alone, as for
+    a cell of one context argument, is not iterable; an array would be taken apart)."""
+    if not isinstance(context, (tuple, list)):
+        raise InputError(f"context= takes the cell's arguments after p as a tuple, "
+                         f"context=(value,) for one, not a {type(context).__name__}")
+    return tuple(context)
+
+
 class WithContext:
     """The parameters and a cell's context arguments under one set of names: the compiler
     reads a context argument as a parameter that every recursive call passes on unchanged."""

@@ -25,7 +25,7 @@ from .autodiff.gradients import RowGrad
 from .errors import InputError, RecJitError
 from .linearize import Forest
 from .model import RecursiveModel
-from .params import DeviceParams, Params, parameter_array
+from .params import DeviceParams, Params, context_tuple, parameter_array
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,7 @@ def apply(model, forest, params, fields=None, context=(), backend=None, sparse=(
     for name in sparse:
         _check_not_a_view(name, params[name])
         _keep_rows_coalesced(params[name])
-    if not isinstance(context, (tuple, list)):
-        raise InputError(f"context must be a tuple of the cell's arguments after p, "
-                         f"context=(value,) for one, not a {type(context).__name__}")
+    context = context_tuple(context)
     if fields is not None and not isinstance(fields, Mapping):
         raise InputError(f"fields must be a dict {{name: tensor}} of float fields a row a "
                          f"node, not {type(fields).__name__}")

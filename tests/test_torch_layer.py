@@ -420,7 +420,8 @@ def test_fields_that_are_not_a_dict_are_refused_saying_what_they_must_be():
 @pytest.mark.parametrize("context", [0.5, torch.tensor(0.5)], ids=["a number", "a tensor"])
 def test_a_context_that_is_not_a_tuple_is_refused_showing_the_tuple(context):
     forest = rj.Forest.from_nested([(0, 1)])
-    with pytest.raises(rj.InputError, match=r"context must be a tuple .*context=\(value,\)"):
+    with pytest.raises(rj.InputError, match=r"context= takes the cell's arguments after p as "
+                                            r"a tuple, context=\(value,\) for one"):
         module()(forest, context=context)
 
 

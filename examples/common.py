@@ -113,15 +113,23 @@ def main(model, make_params, doc, hidden=256, make_forest=None):
     """An example's command line: parse, build the forest (`make_forest(args)`, by default the
     SST trees), make parameters, report."""
     parser, args = arguments(doc.splitlines()[0], hidden)
-    try:
-        forest, source = (make_forest or (lambda a: load_trees(a.trees, a.batch)))(args)
-    except rj.InputError as error:
-        parser.error(f"--trees {args.trees}: {error}")
-    if forest.num_nodes == 0:
-        parser.error(f"--trees {args.trees}: no trees in it")
+    read = make_forest or (lambda a: load_trees(a.trees, a.batch))
+    forest, source = read_or_refuse(parser, args.trees, lambda: read(args))
     words = forest.fields.get("word")
     vocab_size = 1 if words is None else int(words.max()) + 1
     return report(model, forest, make_params(args.hidden, vocab_size, args.dtype), source)
+
+
+def read_or_refuse(parser, path, read):
+    """(the forest, its source) that `read()` gives from file `path`, the `--trees` argument;
+    a file recjit refuses, or one with no trees in it, is `parser`'s error."""
+    try:
+        forest, source = read()
+    except rj.InputError as error:
+        parser.error(f"--trees {path}: {error}")
+    if forest.num_nodes == 0:
+        parser.error(f"--trees {path}: no trees in it")
+    return forest, source
 
 
 def initializer(hidden, dtype, seed):

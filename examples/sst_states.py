@@ -15,7 +15,7 @@ import numpy as np
 from tqdm import tqdm
 
 import recjit as rj
-from common import SST, existing_file, positive
+from common import SST, existing_file, positive, read_or_refuse
 from tree_lstm import child_sum_tree_lstm, make_params
 
 
@@ -28,6 +28,11 @@ def root_states(forest, p, batch):
     return states
 
 
+def read_ptb(path):
+    with open(path) as lines:
+        return rj.Forest.from_ptb(lines), path
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", type=existing_file, default=os.path.join(SST, "train.txt"),
@@ -37,13 +42,7 @@ def main():
     parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     parser.add_argument("--output", default="sst_states.npy", help="the .npy file written")
     args = parser.parse_args()
-    try:
-        with open(args.trees) as lines:
-            forest = rj.Forest.from_ptb(lines)
-    except rj.InputError as error:
-        parser.error(f"--trees {args.trees}: {error}")
-    if forest.roots.size == 0:
-        parser.error(f"--trees {args.trees}: no trees in it")
+    forest, _ = read_or_refuse(parser, args.trees, lambda: read_ptb(args.trees))
     p = make_params(args.hidden, len(forest.vocab), args.dtype)
     started = time.perf_counter()
     states = root_states(forest, p, args.batch)

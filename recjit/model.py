@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
+import numba
 import numpy as np
 
 from .autodiff import (Pullback, adjoint_case, copied_parameters, parameter_guards,
@@ -39,6 +40,10 @@ def checked_backend(backend):
     """`backend`, one of BACKENDS; anything else is refused."""
     if backend not in BACKENDS:
         raise RecJitError(f"backend must be one of {BACKENDS}, not {backend!r}")
+    if numba.config.DISABLE_JIT:
+        raise RecJitError("recjit compiles its kernels with numba, and NUMBA_DISABLE_JIT=1 turns "
+                          "numba's compiler off in this process: unset it to run the model, or "
+                          "step through the cell in Python with model.reference(forest, p)")
     return backend
 
 

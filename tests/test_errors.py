@@ -1,6 +1,7 @@
 """Bad forests and parameters raise `InputError` naming the culprit, before any kernel runs."""
 import importlib.util
 
+import numba
 import numpy as np
 import pytest
 
@@ -29,6 +30,15 @@ def test_a_negative_word_id_on_a_leaf_is_refused_but_minus_one_inside_is_fine():
 def test_something_other_than_a_forest_is_refused_naming_its_type():
     with pytest.raises(rj.InputError, match="expected a recjit.Forest, got list"):
         tree_lstm.run([(1, 2)], make_params(4, 10, "float64"))
+
+
+def test_numba_disable_jit_is_refused_naming_it_while_the_reference_still_runs(monkeypatch):
+    forest, p = rj.Forest.from_nested([(1, 2)]), make_params(4, 10, "float64")
+    monkeypatch.setattr(numba.config, "DISABLE_JIT", True)
+    assert tree_lstm.reference(forest, p).roots[0].shape == (1, 4)
+    for call in (tree_lstm.run, tree_lstm.vjp):
+        with pytest.raises(rj.RecJitError, match=r"NUMBA_DISABLE_JIT=1 .*model\.reference"):
+            call(forest, p)
 
 
 def test_more_children_than_the_declared_arity_names_the_node():

@@ -5,13 +5,16 @@ import difflib
 import functools
 import importlib
 import inspect
+import io
 import linecache
 import os
+import pickle
 import threading
 from dataclasses import dataclass
 from multiprocessing.reduction import ForkingPickler
 
 import numba
+import numba.cloudpickle
 import numpy as np
 
 from .autodiff import (Pullback, adjoint_case, copied_parameters, parameter_guards,
@@ -216,15 +219,15 @@ class RecursiveModel:
 
     def __reduce__(self):
         """A model defined in a module pickles as a reference to it, which the other side
-        imports. Any other (a notebook cell's, a script's, a function's local) pickles its
-        cell function (cloudpickle's by value; pickle's refuses), its options and the source
-        of the cell and of the functions it calls, which the other side gives linecache so
-        that the cell can be analysed there. Compiled kernels are not pickled: the other side
-        compiles, or loads them from numba's disk cache."""
+        imports. Any other (a notebook cell's, a script's, a function's local) pickles by
+        value, whichever pickler asks (pickle, `torch.save`, cloudpickle): its cell function,
+        the functions it calls, its options and their source, which the other side gives
+        linecache so that the cell can be analysed there. Compiled kernels are not pickled:
+        the other side compiles, or loads them from numba's disk cache."""
         reference = self._reference(main=False)
         if reference is not None:
             return _model_in_module, reference
-        return _unpickled_model, (), self.__getstate__()
+        return _model_by_value, (_pickled_by_value(self),)
 
     def _reduce_for_processes(self):
         """multiprocessing's pickling (a process pool's, a queue's): a model at the top of a
@@ -233,7 +236,7 @@ class RecursiveModel:
         reference = self._reference(main=True)
         if reference is not None:
             return _model_in_module, reference
-        return _unpickled_model, (), self.__getstate__()
+        return self.__reduce__()
 
     def _reference(self, main):
         """(module, qualified name) under which importing finds this model, or None; `main`:
@@ -787,6 +790,27 @@ def _unpickled_model():
     """An empty model for `__setstate__` to fill: pickle records it before its state, so a
     cell that calls itself (its function's globals hold the model) refers back to it."""
     return RecursiveModel.__new__(RecursiveModel)
+
+
+class _ByValuePickler(numba.cloudpickle.Pickler):
+    """numba's copy of cloudpickle (which numba pickles its own jitted functions with),
+    taking each model that importing cannot find as its state: the cell function and what it
+    calls by value, the model itself once, so that the cell's call to it refers back."""
+
+    def reducer_override(self, value):
+        if isinstance(value, RecursiveModel) and value._reference(main=False) is None:
+            return _unpickled_model, (), value.__getstate__()
+        return super().reducer_override(value)
+
+
+def _pickled_by_value(model):
+    buffer = io.BytesIO()
+    _ByValuePickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(model)
+    return buffer.getvalue()
+
+
+def _model_by_value(data):
+    return pickle.loads(data)
 
 
 def backend_kernel(backend, kernel, fast_math, schedule, parameters):

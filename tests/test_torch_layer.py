@@ -2,6 +2,7 @@
 gradients through it are the pullback's, for parameters, gathered tables (sparse or dense),
 fields computed upstream and context arguments."""
 import copy
+import io
 
 import numpy as np
 import pytest
@@ -247,6 +248,27 @@ def test_a_deep_copy_of_a_module_keeps_its_parameters_as_they_were():
     torch.optim.SGD(layer.parameters(), lr=0.5).step()
     assert not torch.equal(layer(forest).roots[0].detach(), before)
     assert torch.equal(snapshot(forest).roots[0].detach(), before)
+
+
+def test_torch_save_of_a_module_around_a_local_model_loads_and_runs_the_same():
+    """A whole module saved, as scripts do beside their state_dict: the model is pickled by
+    value, and the loaded module holds a new model of the same cell."""
+    @rj.recursive_model(arity=2)
+    def local_rnn(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return rj.tanh(p.W @ (local_rnn(node.left, p) + local_rnn(node.right, p)))
+
+    forest = rj.Forest.random_binary(2, seed=4, mean_leaves=4, vocab_size=VOCAB)
+    rng = np.random.default_rng(1)
+    layer = rj.torch.Module(local_rnn, E=rng.normal(size=(VOCAB, 4)),
+                            W=rng.normal(size=(4, 4)) / 2)
+    saved = io.BytesIO()
+    torch.save(layer, saved)
+    saved.seek(0)
+    loaded = torch.load(saved, weights_only=False)
+    assert loaded.model is not local_rnn
+    assert torch.equal(loaded(forest).roots[0], layer(forest).roots[0])
 
 
 @pytest.mark.parametrize("loss", [lambda roots: roots.sum(), lambda roots: (roots ** 2).sum()],

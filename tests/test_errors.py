@@ -345,6 +345,34 @@ def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compa
         by_count.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
+def test_a_running_maximum_over_any_number_of_children_is_refused_saying_only_sums_are():
+    @rj.recursive_model(arity=None)
+    def max_pooled(node, p):
+        best = rj.zeros(p.E.shape[1:]) - 1e9
+        for child in node.children:
+            best = rj.maximum(best, max_pooled(child, p))
+        return p.E[node.word] if node.is_leaf else rj.tanh(best)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: `best`, changed per "
+                                                  r"child .* other than by a sum \(only `best = "
+                                                  r"best \+ x` or `best \+= x` accumulates"):
+        max_pooled.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_running_maximum_over_a_fixed_number_of_children_equals_the_reference():
+    """The loop unrolls, a step a child: any update compiles."""
+    @rj.recursive_model(arity=3)
+    def max_pooled(node, p):
+        best = rj.zeros(p.E.shape[1:]) - 1e9
+        for child in node.children:
+            best = rj.maximum(best, max_pooled(child, p))
+        return p.E[node.word] if node.is_leaf else rj.tanh(best)
+
+    forest = rj.Forest.from_nested([(1, (2, 0, 1), 0), (2, 1, 0)])
+    p = rj.Params(E=np.random.default_rng(0).normal(size=(3, 2)))
+    assert_same_result(max_pooled.run(forest, p), max_pooled.reference(forest, p))
+
+
 def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_naming_it():
     @rj.recursive_model(arity=2)
     def misnamed(node, p):

@@ -201,6 +201,25 @@ def test_attributes_of_the_objects_a_loop_takes_from_a_tuple_are_read_again():
 
 
 @rj.recursive_model
+def scaled_by_a_slice(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    total = scaled_by_a_slice(node.left, p) + scaled_by_a_slice(node.right, p)
+    for scale in SCALES[1:]:
+        total = total * scale.value
+    return total
+
+
+def test_attributes_of_the_objects_taken_from_a_slice_of_a_tuple_are_read_again():
+    try:
+        for value in (0.5, 3.0):
+            SCALES[1].value = value
+            assert_run_is_reference(scaled_by_a_slice)
+    finally:
+        SCALES[1].value = 0.5
+
+
+@rj.recursive_model
 def scaled_through_a_copy(node, p):
     if node.is_leaf:
         return p.E[node.word]

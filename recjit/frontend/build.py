@@ -52,10 +52,12 @@ class VariableCount:
 
 class ChildLocal:
     """A name bound inside a loop over a variable number of children to a per-child value:
-    it has no single value after the loop."""
+    it has no single value after the loop. `updated`: it had a value before the loop, which
+    the loop changes other than by a sum (a running maximum, a product)."""
 
-    def __init__(self, name):
+    def __init__(self, name, updated=False):
         self.name = name
+        self.updated = updated
 
 
 class PerChild:
@@ -437,7 +439,8 @@ class Interpreter(CellInterpreter):
             if isinstance(value, NodeView) or (isinstance(value, Tensor)
                                                and ops[value.index].per_child):
                 total = self.accumulated(old, value, loop) if name in sums else None
-                env[name] = ChildLocal(name) if total is None else total
+                env[name] = (ChildLocal(name, updated=old is not None) if total is None
+                             else total)
             elif isinstance(value, Tensor) and name in before:
                 raise self.unsupported(f"`{name}` changes in the loop over node.children by "
                                        "a value that is the same for every child", loop)
@@ -640,13 +643,17 @@ class Interpreter(CellInterpreter):
         return container[key]
 
     def slice(self, base, node, env):
-        if isinstance(base, ChildrenView):  # `node.children[::-1]`, with a fixed arity
+        if isinstance(base, (ChildrenView, tuple, list)):
             bounds = [None if b is None else self.expr(b, env)
                       for b in (node.slice.lower, node.slice.upper, node.slice.step)]
             if not all(b is None or isinstance(b, int) for b in bounds) or bounds[2] == 0:
-                raise self.unsupported("node.children is sliced with constant bounds and a "
-                                       "step other than 0", node)
-            return self.sequence(base, node)[slice(*bounds)]
+                what = "node.children" if isinstance(base, ChildrenView) else _describe(base)
+                raise self.unsupported(f"{what} is sliced with constant bounds and a step "
+                                       "other than 0", node)
+            if isinstance(base, ChildrenView):  # `node.children[::-1]`, with a fixed arity
+                return self.sequence(base, node)[slice(*bounds)]
+            kept = range(len(base))[slice(*bounds)]  # `p.E.shape[1:]`, `LAYERS[:2]`
+            return type(base)(self.item(base, index) for index in kept)
         tensor = self.builder.tensor(base, self.source, node)
         bounds = node.slice
         start = 0 if bounds.lower is None else self.expr(bounds.lower, env)
@@ -1095,6 +1102,10 @@ def _describe(value):
                 f"({', '.join(_describe(item) for item in value)})")
     if isinstance(value, ChildrenView):
         return "node.children"
+    if isinstance(value, ChildLocal) and value.updated:
+        return (f"`{value.name}`, changed per child in a loop over node.children other than "
+                f"by a sum (only `{value.name} = {value.name} + x` or `{value.name} += x` "
+                "accumulates over any number of children, not a running maximum or product),")
     if isinstance(value, ChildLocal):
         return (f"`{value.name}`, a value computed per child inside a loop over "
                 "node.children (it has no single value after the loop)")

@@ -28,10 +28,9 @@ import torch
 from tqdm import tqdm
 
 import recjit as rj
-from common import positive
+from common import SST, positive
 from tree_lstm import child_sum_tree_lstm
 
-DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "sst")
 LABELS = 5
 
 
@@ -342,21 +341,28 @@ def penalty(text):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", default=DATA, help="directory of train.txt, dev.txt, test.txt")
-    parser.add_argument("--backend", default="recjit", choices=["recjit", "torch"])
-    parser.add_argument("--cell", default="childsum", choices=sorted(CELLS))
-    parser.add_argument("--epochs", type=positive, default=10)
-    parser.add_argument("--batch", type=positive, default=25)
-    parser.add_argument("--embedding", type=positive, default=300)
-    parser.add_argument("--hidden", type=positive, default=150)
-    parser.add_argument("--lr", type=rate, default=0.05)
-    parser.add_argument("--embedding-lr", type=rate, default=0.1)
-    parser.add_argument("--weight-decay", type=penalty, default=1e-4)
-    parser.add_argument("--dropout", type=fraction, default=0.5)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--data", default=SST, help="directory of train.txt, dev.txt, test.txt")
+    parser.add_argument("--backend", default="recjit", choices=["recjit", "torch"],
+                        help="the TreeLSTM as a recjit layer, or in plain PyTorch, level-batched")
+    parser.add_argument("--cell", default="childsum", choices=sorted(CELLS),
+                        help="child-sum TreeLSTM, or the binary N-ary TreeLSTM")
+    parser.add_argument("--epochs", type=positive, default=10, help="passes over train")
+    parser.add_argument("--batch", type=positive, default=25, help="trees a step")
+    parser.add_argument("--embedding", type=positive, default=300, help="word vector size")
+    parser.add_argument("--hidden", type=positive, default=150, help="TreeLSTM state size")
+    parser.add_argument("--lr", type=rate, default=0.05, help="Adagrad's learning rate")
+    parser.add_argument("--embedding-lr", type=rate, default=0.1,
+                        help="Adagrad's learning rate for the word vectors")
+    parser.add_argument("--weight-decay", type=penalty, default=1e-4,
+                        help="on all parameters but the word vectors")
+    parser.add_argument("--dropout", type=fraction, default=0.5,
+                        help="on the hidden states before the softmax")
     parser.add_argument("--limit", type=positive, default=None,
                         help="train on the first N trees")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="of the initial parameters, dropout and the batches' order")
     parser.add_argument("--workers", type=positive, default=1,
                         help="processes training with DistributedDataParallel (gloo)")
     parser.add_argument("--record", default="train_sst",

@@ -191,15 +191,6 @@ def scaled_in_a_loop(node, p):
     return total
 
 
-def test_attributes_of_the_objects_a_loop_takes_from_a_tuple_are_read_again():
-    try:
-        for value in (0.5, 3.0):
-            SCALES[1].value = value
-            assert_run_is_reference(scaled_in_a_loop)
-    finally:
-        SCALES[1].value = 0.5
-
-
 @rj.recursive_model
 def scaled_by_a_slice(node, p):
     if node.is_leaf:
@@ -210,11 +201,13 @@ def scaled_by_a_slice(node, p):
     return total
 
 
-def test_attributes_of_the_objects_taken_from_a_slice_of_a_tuple_are_read_again():
+@pytest.mark.parametrize("model", [scaled_in_a_loop, scaled_by_a_slice],
+                         ids=["the tuple", "a slice of it"])
+def test_attributes_of_the_objects_a_loop_takes_from_a_tuple_are_read_again(model):
     try:
         for value in (0.5, 3.0):
             SCALES[1].value = value
-            assert_run_is_reference(scaled_by_a_slice)
+            assert_run_is_reference(model)
     finally:
         SCALES[1].value = 0.5
 

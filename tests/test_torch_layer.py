@@ -229,19 +229,23 @@ def test_a_modules_state_dict_round_trips_and_double_runs_in_float64():
     assert layer.double()(forest).roots[0].dtype == torch.float64
 
 
-def test_a_deep_copy_of_a_module_keeps_its_parameters_as_they_were():
-    """The best epoch's snapshot, as training loops take it: a model defined in a function
-    (as in a notebook, not importable) too."""
+def module_of_a_local_model(seed):
+    """A module around a model defined in a function: as in a notebook, not importable."""
     @rj.recursive_model(arity=2)
     def local_rnn(node, p):
         if node.is_leaf:
             return p.E[node.word]
         return rj.tanh(p.W @ (local_rnn(node.left, p) + local_rnn(node.right, p)))
 
+    rng = np.random.default_rng(seed)
+    return rj.torch.Module(local_rnn, E=rng.normal(size=(VOCAB, 4)),
+                           W=rng.normal(size=(4, 4)) / 2)
+
+
+def test_a_deep_copy_of_a_module_keeps_its_parameters_as_they_were():
+    """The best epoch's snapshot, as training loops take it, of a local model's module too."""
     forest = rj.Forest.random_binary(2, seed=3, mean_leaves=4, vocab_size=VOCAB)
-    rng = np.random.default_rng(0)
-    layer = rj.torch.Module(local_rnn, E=rng.normal(size=(VOCAB, 4)),
-                            W=rng.normal(size=(4, 4)) / 2)
+    layer = module_of_a_local_model(seed=0)
     before = layer(forest).roots[0].detach().clone()
     snapshot = copy.deepcopy(layer)
     layer(forest).roots[0].sum().backward()
@@ -253,21 +257,13 @@ def test_a_deep_copy_of_a_module_keeps_its_parameters_as_they_were():
 def test_torch_save_of_a_module_around_a_local_model_loads_and_runs_the_same():
     """A whole module saved, as scripts do beside their state_dict: the model is pickled by
     value, and the loaded module holds a new model of the same cell."""
-    @rj.recursive_model(arity=2)
-    def local_rnn(node, p):
-        if node.is_leaf:
-            return p.E[node.word]
-        return rj.tanh(p.W @ (local_rnn(node.left, p) + local_rnn(node.right, p)))
-
     forest = rj.Forest.random_binary(2, seed=4, mean_leaves=4, vocab_size=VOCAB)
-    rng = np.random.default_rng(1)
-    layer = rj.torch.Module(local_rnn, E=rng.normal(size=(VOCAB, 4)),
-                            W=rng.normal(size=(4, 4)) / 2)
+    layer = module_of_a_local_model(seed=1)
     saved = io.BytesIO()
     torch.save(layer, saved)
     saved.seek(0)
     loaded = torch.load(saved, weights_only=False)
-    assert loaded.model is not local_rnn
+    assert loaded.model is not layer.model
     assert torch.equal(loaded(forest).roots[0], layer(forest).roots[0])
 
 

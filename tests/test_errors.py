@@ -353,9 +353,11 @@ def test_a_running_maximum_over_any_number_of_children_is_refused_saying_only_su
             best = rj.maximum(best, max_pooled(child, p))
         return p.E[node.word] if node.is_leaf else rj.tanh(best)
 
-    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: `best`, changed per "
-                                                  r"child .* other than by a sum \(only `best = "
-                                                  r"best \+ x` or `best \+= x` accumulates"):
+    update = max_pooled.function.__code__.co_firstlineno + 4  # from the decorator's line
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:\d+: `best`, changed per "
+                                                  rf"child at line {update} other than by a sum "
+                                                  r"\(only `best = best \+ x` or `best \+= x` "
+                                                  r"accumulates"):
         max_pooled.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 

@@ -52,12 +52,12 @@ class VariableCount:
 
 class ChildLocal:
     """A name bound inside a loop over a variable number of children to a per-child value:
-    it has no single value after the loop. `updated`: it had a value before the loop, which
-    the loop changes other than by a sum (a running maximum, a product)."""
+    it has no single value after the loop. `updated_at`: the line where the loop changes a
+    value it had before other than by a sum (a running maximum, a product), else None."""
 
-    def __init__(self, name, updated=False):
+    def __init__(self, name, updated_at=None):
         self.name = name
-        self.updated = updated
+        self.updated_at = updated_at
 
 
 class PerChild:
@@ -439,12 +439,20 @@ class Interpreter(CellInterpreter):
             if isinstance(value, NodeView) or (isinstance(value, Tensor)
                                                and ops[value.index].per_child):
                 total = self.accumulated(old, value, loop) if name in sums else None
-                env[name] = (ChildLocal(name, updated=old is not None) if total is None
-                             else total)
+                env[name] = total if total is not None else ChildLocal(
+                    name, None if old is None else self.assigned_at(loop, name))
             elif isinstance(value, Tensor) and name in before:
                 raise self.unsupported(f"`{name}` changes in the loop over node.children by "
                                        "a value that is the same for every child", loop)
         self.run_body(loop.orelse, env)
+
+    def assigned_at(self, loop, name):
+        """The line of the last assignment to `name` in `loop`'s body."""
+        lines = [self.source.lineno(node) for node in ast.walk(loop)
+                 if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                 and any(name in _names(target) for target in
+                         (node.targets if isinstance(node, ast.Assign) else [node.target]))]
+        return max(lines, default=self.source.lineno(loop))
 
     def accumulated(self, old, value, loop):
         """`old + child_sum(x)` when the loop body computed `value = old + x`, else None."""
@@ -1102,9 +1110,9 @@ def _describe(value):
                 f"({', '.join(_describe(item) for item in value)})")
     if isinstance(value, ChildrenView):
         return "node.children"
-    if isinstance(value, ChildLocal) and value.updated:
-        return (f"`{value.name}`, changed per child in a loop over node.children other than "
-                f"by a sum (only `{value.name} = {value.name} + x` or `{value.name} += x` "
+    if isinstance(value, ChildLocal) and value.updated_at is not None:
+        return (f"`{value.name}`, changed per child at line {value.updated_at} other than by "
+                f"a sum (only `{value.name} = {value.name} + x` or `{value.name} += x` "
                 "accumulates over any number of children, not a running maximum or product),")
     if isinstance(value, ChildLocal):
         return (f"`{value.name}`, a value computed per child inside a loop over "

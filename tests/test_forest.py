@@ -97,6 +97,20 @@ def test_from_ptb_reads_the_whole_text_or_lines_in_bytes_as_it_reads_lines():
         assert forest.vocab == expected.vocab
 
 
+def test_from_ptb_reads_a_file_given_as_a_path_and_refuses_a_path_given_as_text(tmp_path):
+    lines = ["(3 (2 It) (4 (2 's) (4 great)))", "(1 (0 8 1\\/2) (2 It))"]
+    path = tmp_path / "trees.txt"
+    path.write_text("\ufeff" + "\r\n".join(lines) + "\r\n", encoding="utf-8")
+    forest, expected = rj.Forest.from_ptb(path), rj.Forest.from_ptb(lines)
+    assert forest.labels.tolist() == expected.labels.tolist()
+    assert forest.vocab == expected.vocab
+    with pytest.raises(rj.InputError, match=r"is the path of a file, not PTB text: pass "
+                                            r"pathlib.Path\(path\) or open\(path\)"):
+        rj.Forest.from_ptb(str(path))
+    with pytest.raises(rj.InputError, match=r"cannot read '.*missing.txt' \(No such file"):
+        rj.Forest.from_ptb(tmp_path / "missing.txt")
+
+
 @pytest.mark.parametrize("line, message", [
     ("(3 (2 a) (2 b)", "unbalanced"), ("(3 (2 a)) )", "unbalanced"),
     ("(x (2 a) (2 b))", "expected a label"), ("(2 a) (2 b)", "more than one tree"),

@@ -2,6 +2,7 @@
 
 Constructors never recurse in Python, so a chain of any depth can be built."""
 import copy
+import os
 import re
 
 import numpy as np
@@ -352,7 +353,9 @@ class Forest:
     @classmethod
     def from_ptb(cls, lines, vocab=None, labels=None):
         """Trees in PTB bracket format (`(label child child)`, `(label word)`): an iterable
-        of lines (str or bytes, an open file) or the whole text. SST's files hold a tree a
+        of lines (str or bytes, an open file), the whole text, or the path of a file as a
+        `pathlib.Path` (read as UTF-8; a path as a plain str is refused, since a str is the
+        text). SST's files hold a tree a
         line with numeric labels; a treebank's (the Penn Treebank's `.mrg`) spread a tree over
         lines, wrap it in an unlabelled bracket `( (S ...) )`, which makes no node, and label
         it with strings: pass `labels` (a dict, `{}` to start one) to read labels through it.
@@ -364,6 +367,11 @@ class Forest:
         word_id = _id_in(vocab)
         label_id = _ptb_labels(_vocabulary("labels", "a label", "label_vocab", labels,
                                            new_if_none=False))
+        if isinstance(lines, os.PathLike):
+            lines = _text_of_file("from_ptb", lines)
+        elif isinstance(lines, str) and "(" not in lines and os.path.isfile(lines):
+            raise InputError(f"Forest.from_ptb: {lines!r} is the path of a file, not PTB text: "
+                             "pass pathlib.Path(path) or open(path)")
         if isinstance(lines, (str, bytes)):  # the whole text, as `open(path).read()` gives it
             lines = lines.splitlines()
         builder = _Builder()
@@ -485,6 +493,18 @@ def _generator(seed):
     except (TypeError, ValueError) as error:
         raise InputError(f"seed must be an int, a sequence of ints or None, not {seed!r} "
                          f"({error})") from None
+
+
+def _text_of_file(method, path):
+    """The text of the file at `path`, UTF-8; what stops reading it is an InputError."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as error:
+        raise InputError(f"Forest.{method}: cannot read {os.fspath(path)!r} "
+                         f"({error.strerror})") from None
+    except UnicodeDecodeError as error:
+        raise InputError(f"Forest.{method}: {os.fspath(path)!r} is not UTF-8 ({error})") from None
 
 
 def _iterable(method, name, values):

@@ -355,10 +355,10 @@ class Forest:
         """Trees in PTB bracket format (`(label child child)`, `(label word)`): an iterable
         of lines (str or bytes, an open file), the whole text, or the path of a file as a
         `pathlib.Path` (read as UTF-8; a path as a plain str is refused, since a str is the
-        text). SST's files hold a tree a
-        line with numeric labels; a treebank's (the Penn Treebank's `.mrg`) spread a tree over
-        lines, wrap it in an unlabelled bracket `( (S ...) )`, which makes no node, and label
-        it with strings: pass `labels` (a dict, `{}` to start one) to read labels through it.
+        text). SST's files hold a tree a line with numeric labels; a treebank's (the Penn
+        Treebank's `.mrg`) spread a tree over lines, wrap it in an unlabelled bracket `( (S
+        ...) )`, which makes no node, and label it with strings: pass `labels` (a dict, `{}`
+        to start one) to read labels through it.
 
         Leaf words get ids from `vocab` (a dict, extended with unseen words); `.vocab` holds
         it, field `word` the ids (-1 inside), field `label` every node's label: the number, or

@@ -375,6 +375,58 @@ def test_a_running_maximum_over_a_fixed_number_of_children_equals_the_reference(
     assert_same_result(max_pooled.run(forest, p), max_pooled.reference(forest, p))
 
 
+def test_node_is_leaf_called_as_a_method_is_refused_saying_it_is_a_property():
+    @rj.recursive_model(arity=2)
+    def called(node, p):
+        if node.is_leaf():
+            return p.E[node.word]
+        return called(node.left, p) + called(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: `node.is_leaf` is a "
+                                                  r"property of the node, not a method: write "
+                                                  r"`node.is_leaf`, without `\(\)`"):
+        called.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_state_returned_as_a_list_is_refused_saying_to_return_a_tuple():
+    @rj.recursive_model(arity=2)
+    def listed(node, p):
+        if node.is_leaf:
+            return [p.E[node.word], p.E[node.word]]
+        a, b = listed(node.left, p)
+        c, d = listed(node.right, p)
+        return [a + c, b + d]
+
+    with pytest.raises(rj.UnsupportedError, match=r"returns a tensor or a flat tuple of tensors, "
+                                                  r"not a list: write `return a, b`"):
+        listed.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_range_over_any_number_of_children_is_refused_saying_to_loop_over_them():
+    @rj.recursive_model(arity=None)
+    def indexed(node, p):
+        total = rj.zeros(p.E.shape[1:])
+        for k in range(len(node.children)):
+            total = total + indexed(node.children[k], p)
+        return p.E[node.word] if node.is_leaf else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"`range` of the number of children: with "
+                                                  r"arity=None.*`for child in node.children:`"):
+        indexed.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_matrix_times_a_vector_with_a_star_says_the_product_is_at():
+    @rj.recursive_model(arity=2)
+    def starred(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return p.W * (starred(node.left, p) + starred(node.right, p))
+
+    with pytest.raises(rj.ShapeError, match=r"shapes \(2, 2\) and \(2,\) do not match in `mul` "
+                                            r"\(`\*` is elementwise; the matrix product is `@`\)"):
+        starred.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2)), W=np.eye(2)))
+
+
 def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_naming_it():
     @rj.recursive_model(arity=2)
     def misnamed(node, p):

@@ -721,8 +721,12 @@ class Interpreter(CellInterpreter):
         left = self.builder.tensor(left, self.source, node)
         right = self.builder.tensor(right, self.source, node)
         if left.shape != right.shape and left.shape != () and right.shape != ():
+            product = function == "mul" and len(left.shape) == 2 and len(right.shape) == 1 \
+                and left.shape[1] == right.shape[0]
             raise self.shape_error(f"shapes {left.shape} and {right.shape} do not match in "
-                                   f"`{function}`", node)
+                                   f"`{function}`" + (" (`*` is elementwise; the matrix "
+                                                      "product is `@`)" if product else ""),
+                                   node)
         shape = left.shape if left.shape != () else right.shape
         return self.builder.emit(kind, (left.index, right.index), (function,), shape, line)
 
@@ -836,7 +840,15 @@ class Interpreter(CellInterpreter):
                 self.comprehend(node, generators[1:], env, results)
 
     def callee(self, node, env):
-        function = ops.as_cell_function(self.expr(node.func, env))
+        value = self.expr(node.func, env)
+        if isinstance(value, (bool, VariableCount)) or _is_number(value):
+            text = ast.unparse(node.func)
+            if isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name) \
+                    and isinstance(env.get(node.func.value.id), NodeView):
+                raise self.unsupported(f"`{text}` is a property of the node, not a method: "
+                                       f"write `{text}`, without `()`", node)
+            raise self.unsupported(f"`{text}` is the number {value!r}, not a function", node)
+        function = ops.as_cell_function(value)
         self.refuse_call(function, self.is_recursion(function), node)
         return function
 
@@ -914,6 +926,10 @@ class Interpreter(CellInterpreter):
                 arguments[0], (ChildrenView, PerChild)):
             count = self.builder.num_children
             return VariableCount() if count is None else count  # as node.num_children
+        if any(isinstance(a, VariableCount) for a in arguments):
+            raise self.unsupported(f"`{function.__name__}` of the number of children: with "
+                                   f"arity=None, {VARIABLE_CHILDREN} (`for child in "
+                                   "node.children:`)", node)
         if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
             raise self.unsupported(f"`{function.__name__}` of a tensor", node)
         return self.python_call(function, arguments, keywords, node)
@@ -1099,6 +1115,18 @@ def _is_number(value):
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
+def _returned(returned, value):
+    """What a cell returned that is not a state (`value`, the whole or one of its values),
+    said with what to write instead."""
+    if returned is None:
+        return "None (does every case reach a `return`?)"
+    if value is None:
+        return "a tuple holding None"
+    if isinstance(returned, list):
+        return "a list: write `return a, b` for a state of several tensors"
+    return "a tuple holding tuples or lists: return its tensors side by side, `return a, b`"
+
+
 def _describe(value):
     if isinstance(value, Tensor):
         return f"a tensor of shape {value.shape}"
@@ -1155,8 +1183,8 @@ def build_cell_ir(model, source, params, field_specs, arity):
         tensors = []
         for value in values:
             if isinstance(value, (tuple, list)) or value is None:
-                raise UnsupportedError("a cell returns a tensor or a flat tuple of tensors",
-                                       **where)
+                raise UnsupportedError("a cell returns a tensor or a flat tuple of tensors, "
+                                       f"not {_returned(returned, value)}", **where)
             tensors.append(builder.tensor(value, source, source.tree))
         shapes = tuple(t.shape for t in tensors)
         if any(0 in shape for shape in shapes):

@@ -264,6 +264,22 @@ def test_the_mean_of_any_number_of_children_equals_reference(forest, seed):
     assert_same_result(child_mean.run(forest, p), child_mean.reference(forest, p))
 
 
+@rj.recursive_model(arity=None)
+def children_as_condition(node, p):
+    """`not node.children` and `if node.children:` test for a leaf as the list's truth does."""
+    if not node.children:
+        return p.E[node.word]
+    total = sum(children_as_condition(child, p) for child in node.children)
+    return rj.tanh(p.W @ total) if node.children else total
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_node_children_as_a_condition_is_true_at_internal_nodes_as_in_python(forest, seed):
+    p = vector_rnn_params(4, VOCAB, seed)
+    assert_same_result(children_as_condition.run(forest, p),
+                       children_as_condition.reference(forest, p))
+
+
 @given(nary_forests(VOCAB, max_trees=5), seeds)
 def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)

@@ -307,15 +307,15 @@ def test_an_update_in_place_of_an_array_only_operations_read_equals_the_recursio
 
 def test_a_call_to_a_function_outside_the_cell_language_is_named_before_its_arguments():
     @rj.recursive_model(arity=2)
-    def printing(node, p):
+    def logging(node, p):
         if node.is_leaf:
-            print("a leaf")
+            np.savetxt("leaf.txt", "a leaf")
             return p.E[node.word]
-        return printing(node.left, p) + printing(node.right, p)
+        return logging(node.left, p) + logging(node.right, p)
 
-    with pytest.raises(rj.UnsupportedError, match="calling print is not part of the cell "
+    with pytest.raises(rj.UnsupportedError, match="calling np.savetxt is not part of the cell "
                                                   "language"):
-        printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+        logging.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
 def test_numpys_zeros_are_refused_for_rj_zeros_which_take_the_parameters_dtype():
@@ -425,6 +425,55 @@ def test_a_matrix_times_a_vector_with_a_star_says_the_product_is_at():
     with pytest.raises(rj.ShapeError, match=r"shapes \(2, 2\) and \(2,\) do not match in `mul` "
                                             r"\(`\*` is elementwise; the matrix product is `@`\)"):
         starred.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2)), W=np.eye(2)))
+
+
+def test_a_row_read_with_two_indices_says_one_index_gathers_the_row():
+    @rj.recursive_model(arity=2)
+    def two_indices(node, p):
+        if node.is_leaf:
+            return p.E[node.word, :]
+        return two_indices(node.left, p) + two_indices(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"`p.E\[node.word, :\]`: a parameter's row is "
+                                                  r"gathered by one index, `p.E\[node.word\]`"):
+        two_indices.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_an_index_field_computed_with_says_it_only_gathers_rows():
+    @rj.recursive_model(arity=2)
+    def scaled_by_word(node, p):
+        if node.is_leaf:
+            return p.E[node.word] * node.word
+        return scaled_by_word(node.left, p) + scaled_by_word(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"field 'word' holds integer indices: it "
+                                                  r"gathers a parameter's row"):
+        scaled_by_word.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_print_in_a_cell_is_refused_saying_the_reference_runs_it():
+    @rj.recursive_model(arity=2)
+    def printing(node, p):
+        if node.is_leaf:
+            print(node.word)
+            return p.E[node.word]
+        return printing(node.left, p) + printing(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"test_errors.py:\d+: print runs in "
+                                                  r"model.reference\(forest, p\)"):
+        printing.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_an_array_made_in_a_cell_is_refused_saying_to_pass_a_parameter():
+    @rj.recursive_model(arity=2)
+    def shifted(node, p):
+        if node.is_leaf:
+            return p.E[node.word] + np.array([1.0, 2.0])
+        return shifted(node.left, p) + shifted(node.right, p)
+
+    with pytest.raises(rj.UnsupportedError, match=r"np.array makes an array inside the cell: "
+                                                  r"pass a constant array as a parameter"):
+        shifted.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
 
 
 def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_naming_it():

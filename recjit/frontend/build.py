@@ -201,6 +201,11 @@ class CaseBuilder:
             return self.emit("const", (), (float(value),), (), source.lineno(node))
         if isinstance(value, VariableCount):  # a number per node: its count of children
             return self.emit("num_children", (), (), (), source.lineno(node))
+        if isinstance(value, NodeField):
+            raise UnsupportedError(f"field {value.name!r} holds integer indices: it gathers a "
+                                   f"parameter's row (`p.E[node.{value.name}]`), not a value to "
+                                   "compute with (a float field is one, as node.x or node.dt)",
+                                   **source.where(node))
         if isinstance(value, np.ndarray):
             raise UnsupportedError(f"an array of shape {value.shape} from outside the cell "
                                    "cannot be used as a tensor: pass it as a parameter (p.name)",
@@ -401,6 +406,8 @@ class Interpreter(CellInterpreter):
 
     def concrete_bool(self, test, env):
         value = self.expr(test, env)
+        if isinstance(value, ChildrenView):  # `if node.children:`, as a list is true
+            return self.has_children()
         if isinstance(value, (bool, int, np.bool_)):
             return bool(value)
         raise self.unsupported("a condition must be decided by the node's structure "
@@ -590,6 +597,11 @@ class Interpreter(CellInterpreter):
 
     def expr_Subscript(self, node, env):
         base = self.expr(node.value, env)
+        if isinstance(node.slice, ast.Tuple) and isinstance(base, ParamArray):
+            raise self.unsupported(f"`{ast.unparse(node)}`: a parameter's row is gathered by "
+                                   f"one index, `{ast.unparse(node.value)}[node.word]`, the whole "
+                                   "row; indexing by several is not part of the cell language",
+                                   node)
         if isinstance(node.slice, ast.Slice):
             return self.slice(base, node, env)
         if isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
@@ -767,8 +779,15 @@ class Interpreter(CellInterpreter):
         return self.builder.emit("matvec", (weight.index, vector.index), (),
                                  (matrix.shape[1],), self.source.lineno(node))
 
+    def has_children(self):
+        """Whether this case's nodes have children (with arity=None, the internal case's
+        have at least one): `node.children` as a condition, as the plain recursion's list."""
+        return self.builder.num_children != 0
+
     def expr_UnaryOp(self, node, env):
         operand = self.expr(node.operand, env)
+        if isinstance(node.op, ast.Not) and isinstance(operand, ChildrenView):
+            return not self.has_children()
         if isinstance(node.op, ast.Not) and isinstance(operand, (bool, int)):
             return not operand
         if _is_number(operand) and isinstance(node.op, (ast.USub, ast.UAdd)):
@@ -870,6 +889,14 @@ class Interpreter(CellInterpreter):
                                    "make a float32 plain recursion float64: use "
                                    f"rj.{function.__name__}(shape), which takes the "
                                    "parameters' dtype", node)
+        if function is builtins.print:
+            raise self.unsupported("print runs in model.reference(forest, p), the plain "
+                                   "recursion, but is not part of the compiled cell language: "
+                                   "remove it before run", node)
+        if function in (np.array, np.asarray):
+            raise self.unsupported(f"np.{function.__name__} makes an array inside the cell: "
+                                   "pass a constant array as a parameter (p.name), or build "
+                                   "one with rj.zeros, rj.ones and rj.concat", node)
         if function is np.sum:
             raise self.unsupported("np.sum is not part of the cell language: Python's sum "
                                    "adds up the children's states or a list's items, and a "

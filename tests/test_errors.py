@@ -1,5 +1,6 @@
 """Bad forests and parameters raise `InputError` naming the culprit, before any kernel runs."""
 import importlib.util
+import math
 
 import numba
 import numpy as np
@@ -474,6 +475,30 @@ def test_an_array_made_in_a_cell_is_refused_saying_to_pass_a_parameter():
     with pytest.raises(rj.UnsupportedError, match=r"np.array makes an array inside the cell: "
                                                   r"pass a constant array as a parameter"):
         shifted.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_math_function_of_a_tensor_says_to_use_the_elementwise_one():
+    @rj.recursive_model(arity=2)
+    def squashed(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return math.tanh(squashed(node.left, p) + squashed(node.right, p))
+
+    with pytest.raises(rj.UnsupportedError, match=r"math.tanh takes numbers, not a tensor of "
+                                                  r"shape \(2,\): use rj.tanh"):
+        squashed.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_tensor_methods_from_numpy_habits_say_what_to_write_instead():
+    @rj.recursive_model(arity=2)
+    def dotted(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return p.W.dot(dotted(node.left, p) + dotted(node.right, p))
+
+    with pytest.raises(rj.UnsupportedError, match=r"tensor attribute `.dot` is not part of the "
+                                                  r"cell language: write `a @ b`"):
+        dotted.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2)), W=np.eye(2)))
 
 
 def test_a_recursive_call_with_a_keyword_the_cell_does_not_take_is_refused_naming_it():

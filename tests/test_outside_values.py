@@ -2,6 +2,7 @@
 the plain recursion reads them live. So a run re-reads every value by the path it was read by
 (a name, attributes, constant items, a helper's defaults, a method's object) and builds again
 where one changed, or refuses a read it could not check at every run."""
+import math
 from types import SimpleNamespace
 
 import numpy as np
@@ -210,6 +211,17 @@ def test_attributes_of_the_objects_a_loop_takes_from_a_tuple_are_read_again(mode
             assert_run_is_reference(model)
     finally:
         SCALES[1].value = 0.5
+
+
+@rj.recursive_model
+def scaled_by_math(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return (scaled_by_math(node.left, p) + scaled_by_math(node.right, p)) / math.sqrt(2.0)
+
+
+def test_a_math_function_of_numbers_is_computed_as_the_recursion_computes_it():
+    assert_run_is_reference(scaled_by_math)
 
 
 @rj.recursive_model

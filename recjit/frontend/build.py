@@ -540,8 +540,9 @@ class Interpreter(CellInterpreter):
         if isinstance(base, (Tensor, ParamArray)) and node.attr == "T":
             return builder.transposed(base, self.source, node)
         if isinstance(base, (Tensor, ParamArray)):
+            instead = _TENSOR_METHODS_INSTEAD.get(node.attr)
             raise self.unsupported(f"tensor attribute `.{node.attr}` is not part of the cell "
-                                   "language", node)
+                                   "language" + (f": {instead}" if instead else ""), node)
         value = getattr(base, node.attr, UNRESOLVED)
         if value is UNRESOLVED:
             raise self.unsupported(f"{_describe(base)} has no attribute {node.attr!r}", node)
@@ -903,7 +904,7 @@ class Interpreter(CellInterpreter):
                                    "vector's elements add up as np.dot(v, rj.ones(v.shape))",
                                    node)
         if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
-                or is_user_helper(function)):
+                or is_user_helper(function) or _is_math(function)):
             raise self.unsupported(f"calling {_describe(function)} is not part of the cell "
                                    "language (use rj.tanh, rj.sigmoid, rj.relu, rj.exp, rj.log, "
                                    "rj.sqrt, rj.abs, rj.maximum, rj.minimum, rj.split, "
@@ -936,9 +937,22 @@ class Interpreter(CellInterpreter):
         if function in (builtins.zip, builtins.enumerate, builtins.range, builtins.len,
                         builtins.tuple, builtins.list):
             return self.sequence_call(function, arguments, keywords, node)
+        if _is_math(function):
+            return self.math_call(function, arguments, keywords, node)
         raise self.unsupported(f"calling {_describe(function)} with {len(arguments)} "
                                f"argument(s){' and keywords' if keywords else ''} is not part "
                                "of the cell language", node)
+
+    def math_call(self, function, arguments, keywords, node):
+        """A `math` function of numbers (`math.sqrt(2.0)`, `math.pi` folded in), computed
+        now as the plain recursion computes it; of a tensor, refused for the `rj` one."""
+        if all(_is_number(a) for a in (*arguments, *keywords.values())):
+            return self.python_call(function, arguments, keywords, node)
+        name = function.__name__
+        instead = (f"use rj.{name}, which is elementwise" if hasattr(ops, name)
+                   else "the cell's own functions are listed in docs/cell_language.md")
+        raise self.unsupported(f"math.{name} takes numbers, not {_describe(arguments[0])}: "
+                               f"{instead}", node)
 
     def sequence_call(self, function, arguments, keywords, node):
         """zip, enumerate, range, len, tuple or list: of the children or values per child, of
@@ -1129,6 +1143,13 @@ _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
                    builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
                    builtins.max, builtins.min)
+_TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the cell lacks
+    "dot": "write `a @ b` (or np.dot(a, b))",
+    "sum": "a vector's elements add up as np.dot(v, rj.ones(v.shape))",
+    "mean": "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]",
+    "reshape": "a state keeps its shape; a vector's parts are slices or rj.split",
+    "copy": "the cell computes new values, so `h` itself serves",
+}
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 
@@ -1140,6 +1161,11 @@ def _names(target):
 
 def _is_number(value):
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def _is_math(function):
+    """Whether `function` is one of Python's `math` module's."""
+    return getattr(function, "__module__", None) == "math"
 
 
 def _returned(returned, value):

@@ -897,7 +897,15 @@ def _require_forest(forest):
         raise InputError("a forest that prepare() made ready is for run() alone: pass the "
                          "forest itself here (prepared.forest)")
     if not isinstance(forest, Forest):
-        raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}")
+        raise InputError(f"expected a recjit.Forest, got {type(forest).__name__}"
+                         + _FOREST_FROM.get(type(forest), ""))
+
+
+_FOREST_FROM = {  # how a forest is made from what is passed instead of one
+    list: " (nested tuples make one with rj.Forest.from_nested(trees))",
+    tuple: " (nested tuples make one with rj.Forest.from_nested(trees))",
+    str: " (PTB text makes one with rj.Forest.from_ptb(text))",
+}
 
 
 def _field_spec(values, kind=False):

@@ -29,7 +29,8 @@ def test_a_negative_word_id_on_a_leaf_is_refused_but_minus_one_inside_is_fine():
 
 
 def test_something_other_than_a_forest_is_refused_naming_its_type():
-    with pytest.raises(rj.InputError, match="expected a recjit.Forest, got list"):
+    with pytest.raises(rj.InputError, match=r"expected a recjit.Forest, got list \(nested "
+                                            r"tuples make one with rj.Forest.from_nested"):
         tree_lstm.run([(1, 2)], make_params(4, 10, "float64"))
 
 

@@ -31,13 +31,15 @@ def existing_file(text):
 def arguments(description, hidden):
     """The parser, and the arguments it parsed."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--hidden", type=positive, default=hidden, help="hidden size")
+    parser.add_argument("--hidden", type=positive, default=hidden,
+                        help="hidden size (default: %(default)s)")
     parser.add_argument("--batch", type=positive, default=10,
-                        help="trees (grids, sequences) per batch")
+                        help="trees (grids, sequences) per batch (default: %(default)s)")
     parser.add_argument("--trees", type=existing_file, default=None,
                         help="SST trees in PTB format (default: ../shared/data/sst/test.txt "
                              "where it is, else a generated sample)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                        help="of the parameters and states (default: %(default)s)")
     return parser, parser.parse_args()
 
 
@@ -112,7 +114,7 @@ def report(model, forest, params, source):
 def main(model, make_params, doc, hidden=256, make_forest=None):
     """An example's command line: parse, build the forest (`make_forest(args)`, by default the
     SST trees), make parameters, report."""
-    parser, args = arguments(doc.splitlines()[0], hidden)
+    parser, args = arguments(" ".join(doc.split("\n\n")[0].split()), hidden)
     read = make_forest or (lambda a: load_trees(a.trees, a.batch))
     forest, source = read_or_refuse(parser, args.trees, lambda: read(args))
     words = forest.fields.get("word")

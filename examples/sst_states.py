@@ -37,10 +37,14 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trees", type=existing_file, default=os.path.join(SST, "train.txt"),
                         help="a PTB file, a tree a line (default: SST's train.txt)")
-    parser.add_argument("--batch", type=positive, default=256, help="trees per batch")
-    parser.add_argument("--hidden", type=positive, default=150, help="hidden size")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    parser.add_argument("--output", default="sst_states.npy", help="the .npy file written")
+    parser.add_argument("--batch", type=positive, default=256,
+                        help="trees per batch (default: %(default)s)")
+    parser.add_argument("--hidden", type=positive, default=150,
+                        help="hidden size (default: %(default)s)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                        help="of the parameters and states (default: %(default)s)")
+    parser.add_argument("--output", default="sst_states.npy",
+                        help="the .npy file written (default: %(default)s)")
     args = parser.parse_args()
     forest, _ = read_or_refuse(parser, args.trees, lambda: read_ptb(args.trees))
     p = make_params(args.hidden, len(forest.vocab), args.dtype)

@@ -1,10 +1,10 @@
 """recjit: a just-in-time compiler for recursive deep-learning models (docs/design.md)."""
-import os
+import os as _os
 
 # Before numba's OpenMP threads start: they spin 1,000 times at a barrier before they sleep, not
 # GNU OpenMP's default 300,000, which on a machine shared with other processes held the cores
 # those needed (docs/threads.md). A value already set is kept.
-os.environ.setdefault("GOMP_SPINCOUNT", "1000")
+_os.environ.setdefault("GOMP_SPINCOUNT", "1000")
 
 from .autodiff import Gradients, RowGrad  # noqa: E402
 from .errors import (CacheWarning, FallbackWarning, InputError, RecJitError, RecursionPropertyError,
@@ -39,6 +39,12 @@ def __getattr__(name):
             raise ImportError(f"recjit.{name} needs {needs}: pip install 'recjit[{name}]'",
                               name=error.name) from None
     raise AttributeError(f"module 'recjit' has no attribute {name!r}")
+
+
+def __dir__():
+    """The public names (what a notebook's completion offers), the extras among them, not
+    the pipeline's stage packages."""
+    return sorted([*__all__, "abs", "__version__", *_EXTRAS])
 
 
 __all__ = ["CacheWarning", "DeviceParams", "FallbackWarning", "Forest", "Gradients", "InputError",

@@ -696,6 +696,12 @@ def test_import_recjit_needs_no_extra_and_the_extra_says_how_to_get_it(extra, ne
     assert f"recjit.{extra} needs {needs}: pip install 'recjit[{extra}]'" in result.stdout
 
 
+def test_the_names_a_notebook_completes_are_the_public_api_and_the_extras():
+    names = dir(rj)
+    assert set(rj.__all__) | {"torch", "dask", "abs"} <= set(names)
+    assert not {"os", "autodiff", "lowering", "codegen_cpu", "model"} & set(names)
+
+
 @pytest.mark.parametrize("option, call", [
     ("check_finite", lambda forest, p: tree_lstm.run(forest, p, check_finite="False")),
     ("device_output", lambda forest, p: tree_lstm.run(forest, p, device_output="no")),

@@ -360,4 +360,12 @@ class Module(torch.nn.Module):
                      backend=self.backend, sparse=self.sparse)
 
     def extra_repr(self):
-        return f"model={self.model.__name__}"
+        """The model and each parameter's shape and dtype (`print(module)` shows what it
+        holds, as `nn.Linear` shows its sizes), and the options that are not the default."""
+        parameters = ", ".join(f"{name}={tuple(value.shape)}"
+                               for name, value in self.named_parameters())
+        dtypes = {str(value.dtype).removeprefix("torch.") for value in self.parameters()}
+        options = [f"sparse={self.sparse!r}"] if self.sparse else []
+        options += [f"backend={self.backend!r}"] if self.backend else []
+        return ", ".join([f"model={self.model.__name__}", parameters, *sorted(dtypes),
+                          *options])

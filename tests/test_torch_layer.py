@@ -229,6 +229,12 @@ def test_a_modules_state_dict_round_trips_and_double_runs_in_float64():
     assert layer.double()(forest).roots[0].dtype == torch.float64
 
 
+def test_a_module_prints_its_model_parameter_shapes_dtype_and_sparse_tables():
+    text = repr(module("float32", sparse=("E",)))
+    assert text.startswith(f"Module(model=child_sum_tree_lstm, E=({VOCAB}, {HIDDEN}), ")
+    assert text.endswith(", float32, sparse=('E',))")
+
+
 def module_of_a_local_model(seed):
     """A module around a model defined in a function: as in a notebook, not importable."""
     @rj.recursive_model(arity=2)

@@ -157,6 +157,11 @@ class Prepared:
     linearized: object
     inputs: tuple  # the kernel's arguments from the forest (`backend_kernel.inputs`)
 
+    def __repr__(self):
+        """Short: the model, the forest and the backend it is ready for (the compiled kernel
+        and the arrays it holds are not for reading)."""
+        return f"Prepared({self.model.__name__}, {self.forest!r}, backend={self.key[0]!r})"
+
     def __reduce__(self):
         raise RecJitError("a prepared forest cannot be pickled: it holds this process's "
                           "compiled kernel; send its forest (prepared.forest) and prepare it "

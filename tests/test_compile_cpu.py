@@ -641,6 +641,16 @@ def test_explain_refuses_a_file_it_cannot_write_to():
         tree_lstm.explain(forest, tree_lstm_params(4, VOCAB, "float64"), file="out.txt")
 
 
+def test_a_pullbacks_a_prepared_forests_and_batches_reprs_are_short():
+    """What a notebook shows as a cell's last line: not the arrays and kernels they hold."""
+    forest = rj.Forest.from_nested([(1, 2), (3, (4, 5))])
+    p = tree_lstm_params(4, VOCAB, "float64")
+    _, pullback = tree_lstm.vjp(forest, p)
+    assert repr(pullback) == "Pullback(tree_lstm, 2 roots, 8 nodes, compiled)"
+    assert repr(tree_lstm.prepare(forest, p)) == f"Prepared(tree_lstm, {forest!r}, backend='cpu')"
+    assert repr(forest.batches(1)) == "Batches(2 of up to 1 trees)"
+
+
 def test_a_results_repr_is_short_its_roots_and_state_shapes():
     forest = rj.Forest.random_binary(3, seed=0, mean_leaves=30, vocab_size=VOCAB)
     out = tree_lstm.run(forest, tree_lstm_params(4, VOCAB, "float64"))

@@ -59,6 +59,12 @@ class Pullback:
         self.kept = kept or {}
         self.layouts = {}  # {per_tree: its `Layout`}
 
+    def __repr__(self):
+        """Short: whose pullback, over how many roots and nodes, and whether compiled."""
+        how = "compiled" if self.compiled is not None else "interpreted"
+        return (f"Pullback({self.cell.name}, {self.linearized.roots.size} roots, "
+                f"{self.linearized.num_nodes} nodes, {how})")
+
     def __reduce__(self):
         raise RecJitError("a pullback cannot be pickled: it holds its forward's arrays and "
                           "compiled kernels, in the process of its vjp; call it there and "

@@ -666,6 +666,10 @@ class Batches:
     def __len__(self):
         return len(self.groups)
 
+    def __repr__(self):
+        largest = max((len(group) for group in self.groups), default=0)
+        return f"Batches({len(self.groups)} of up to {largest} trees)"
+
     def __iter__(self):
         for group in self.groups:
             batch = self.forest._select(group)

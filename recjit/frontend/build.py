@@ -949,9 +949,10 @@ class Interpreter(CellInterpreter):
         if all(_is_number(a) for a in (*arguments, *keywords.values())):
             return self.python_call(function, arguments, keywords, node)
         name = function.__name__
+        other = next(a for a in (*arguments, *keywords.values()) if not _is_number(a))
         instead = (f"use rj.{name}, which is elementwise" if hasattr(ops, name)
                    else "the cell's own functions are listed in docs/cell_language.md")
-        raise self.unsupported(f"math.{name} takes numbers, not {_describe(arguments[0])}: "
+        raise self.unsupported(f"math.{name} takes numbers, not {_describe(other)}: "
                                f"{instead}", node)
 
     def sequence_call(self, function, arguments, keywords, node):
@@ -1148,7 +1149,7 @@ _TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the
     "sum": "a vector's elements add up as np.dot(v, rj.ones(v.shape))",
     "mean": "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]",
     "reshape": "a state keeps its shape; a vector's parts are slices or rj.split",
-    "copy": "the cell computes new values, so `h` itself serves",
+    "copy": "the cell computes new values: `acc = h + x`, not a copy updated with `+=`",
 }
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}

@@ -1,5 +1,7 @@
 """The errors recjit raises, and its warnings. Every failure a user can cause is one of
 these errors, never a traceback from inside the compiler or a numba typing error."""
+import difflib
+
 import numpy as np
 
 
@@ -33,6 +35,13 @@ class UnsupportedError(SourceLocated):
 
 class InputError(RecJitError):
     """A forest, field or parameter that the model cannot run on; names the culprit."""
+
+
+def did_you_mean(name, names):
+    """The end of an error that names something misspelt: `; did you mean 'x'?` with the
+    one of `names` closest to `name`, or an empty string where none is close."""
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def is_whole(value):

@@ -1,7 +1,6 @@
 """`recursive_model` and what it returns: the plain recursion, plus `run`, `reference`,
 `explain` and `kernel_source`."""
 import ast
-import difflib
 import functools
 import importlib
 import inspect
@@ -21,7 +20,8 @@ from .autodiff import (Pullback, adjoint_case, copied_parameters, parameter_guar
                        tree_of_nodes)
 from .autodiff.jacobian import jacobian_by_copies
 from .codegen_cpu import CpuBackward, CpuKernel
-from .errors import InputError, RecJitError, UnsupportedError, checked_flag, is_whole
+from .errors import (InputError, RecJitError, UnsupportedError, checked_flag, did_you_mean,
+                     is_whole)
 from .explanation import (Explanation, backward_line, outside_line, remat_line,
                           traffic_line)
 from .frontend import Binding, build_cell_ir, check_properties, read_source, require_code
@@ -232,7 +232,7 @@ class RecursiveModel:
         reference = self._reference(main=False)
         if reference is not None:
             return _model_in_module, reference
-        return _model_by_value, (_pickled_by_value(self),)
+        return pickle.loads, (_pickled_by_value(self),)
 
     def _reduce_for_processes(self):
         """multiprocessing's pickling (a process pool's, a queue's): a model at the top of a
@@ -814,10 +814,6 @@ def _pickled_by_value(model):
     return buffer.getvalue()
 
 
-def _model_by_value(data):
-    return pickle.loads(data)
-
-
 def backend_kernel(backend, kernel, fast_math, schedule, parameters):
     """The backend's compiled form of an ILIR kernel; `parameters`: (name, shape, dtype)."""
     if backend == "cpu":
@@ -864,10 +860,9 @@ def _missing(p, name, source=None):
     lacks, with the name `p` has that is closest to it."""
     where = _first_read(source, name)
     given = sorted(vars(p)) if hasattr(p, "__dict__") and not isinstance(p, dict) else []
-    close = difflib.get_close_matches(name, given, n=1)
     return InputError(f"{described(p, name)} is missing from the parameters"
                       + (f" (read at {where})" if where else "")
-                      + (f"; did you mean {close[0]!r}?" if close else "")
+                      + did_you_mean(name, given)
                       + (" (a cell reads them as attributes, p.name, and a dict's items are "
                          "not: pass rj.Params(**p))" if isinstance(p, dict) else ""))
 

@@ -3,10 +3,9 @@
 A `Schedule` is what the user asks for; a field left at None is the compiler's to choose,
 and `lowering.choose_schedule` fills it in per model and backend (`explain()` prints the
 result). Every combination computes the same values as the naive recursion."""
-import difflib
 from dataclasses import dataclass, fields, replace
 
-from .errors import ScheduleError
+from .errors import ScheduleError, did_you_mean
 
 # The most threads a CUDA block may have: at 1024 a thread gets 64 registers, and the fused
 # kernels spill over a kilobyte of them (ptxas, sm_90).
@@ -124,9 +123,8 @@ class Schedule:
                                 f"not {positional[0]!r} by position")
         for name in named:
             if name not in names:
-                close = difflib.get_close_matches(name, names, n=1)
                 raise ScheduleError(f"Schedule has no field {name!r}"
-                                    + (f"; did you mean {close[0]!r}?" if close else ".")
+                                    + (did_you_mean(name, names) or ".")
                                     + f" Its fields: {', '.join(names)}")
         return super().__new__(cls)
 

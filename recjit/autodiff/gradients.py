@@ -86,16 +86,18 @@ class RowGrad:
         return (-self) + other
 
     def __mul__(self, other):
-        if np.ndim(other) == 0 and not isinstance(other, RowGrad):
-            return RowGrad(self.indices, self.values * other, self.shape)
-        return self.to_dense() * np.asarray(other)
+        return self._scaled(other, np.multiply)
 
     __rmul__ = __mul__
 
     def __truediv__(self, other):
+        return self._scaled(other, np.divide)
+
+    def _scaled(self, other, operation):
+        """`operation(self, other)`: of the rows alone by a number, else of the dense table."""
         if np.ndim(other) == 0 and not isinstance(other, RowGrad):
-            return RowGrad(self.indices, self.values / other, self.shape)
-        return self.to_dense() / np.asarray(other)
+            return RowGrad(self.indices, operation(self.values, other), self.shape)
+        return operation(self.to_dense(), np.asarray(other))
 
 
 class Gradients:

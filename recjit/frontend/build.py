@@ -6,14 +6,13 @@ every loop over the children resolves statically, and only tensor operations rem
 from the actual parameters and fields, so a shape error names the user's line."""
 import ast
 import builtins
-import difflib
 import sys
 from collections import Counter
 
 import numpy as np
 
 from .. import ops
-from ..errors import InputError, ShapeError, UnsupportedError
+from ..errors import InputError, ShapeError, UnsupportedError, did_you_mean
 from ..params import described, is_weak, shape_and_dtype
 from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
@@ -646,9 +645,8 @@ class Interpreter(CellInterpreter):
             return self.item(base, index)
         if isinstance(base, dict) and isinstance(index, (str, int, float, bool)):
             if index not in base:
-                close = difflib.get_close_matches(str(index), [str(k) for k in base], 1)
                 raise self.unsupported(f"`{ast.unparse(node.value)}` has no key {index!r}"
-                                       + (f"; did you mean {close[0]!r}?" if close else ""),
+                                       + did_you_mean(str(index), [str(k) for k in base]),
                                        node)
             return self.item(base, index)
         raise self.unsupported(f"indexing {_describe(base)} by {_describe(index)} is not "

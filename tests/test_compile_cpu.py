@@ -14,7 +14,8 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import (assert_same_result, attentive_child_sum, attentive_params,
+from conftest import (assert_gradients_are_differences, assert_same_result,
+                      attentive_child_sum, attentive_params,
                       binary_forests, caterpillar, child_mean,
                       gated_child_list, nary_forests, powered_rnn, row_major_params,
                       row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
@@ -278,6 +279,12 @@ def test_node_children_as_a_condition_is_true_at_internal_nodes_as_in_python(for
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(children_as_condition.run(forest, p),
                        children_as_condition.reference(forest, p))
+
+
+def test_node_children_as_a_condition_differentiates_as_finite_differences_do():
+    forest = rj.Forest.from_nested([(1, (2, 3, 4), 0), (2,)])
+    assert_gradients_are_differences(children_as_condition, forest,
+                                     vector_rnn_params(3, VOCAB, seed=1), seed=2)
 
 
 @given(nary_forests(VOCAB, max_trees=5), seeds)

@@ -10,7 +10,7 @@ import pytest
 
 import recjit as rj
 
-from conftest import assert_same_result
+from conftest import assert_gradients_are_differences, assert_same_result
 
 FOREST = rj.Forest.from_nested([(0, (1, 0))])
 P = rj.Params(E=np.array([[0.25, -0.5], [1.0, 0.75]]))
@@ -222,6 +222,10 @@ def scaled_by_math(node, p):
 
 def test_a_math_function_of_numbers_is_computed_as_the_recursion_computes_it():
     assert_run_is_reference(scaled_by_math)
+
+
+def test_a_math_function_of_numbers_scales_the_gradients_as_finite_differences_do():
+    assert_gradients_are_differences(scaled_by_math, FOREST, P, seed=0)
 
 
 @rj.recursive_model

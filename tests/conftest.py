@@ -271,6 +271,30 @@ def gated_child_list(node, p):
     return rj.tanh(c), c
 
 
+@rj.recursive_model(arity=None)
+def max_pooled(node, p):
+    """Max-pooling over any number of children: a running `rj.maximum` from zeros, the
+    running value first, so the start and then the earlier children win a tie (the CPU and
+    CUDA tests')."""
+    pooled = rj.zeros(p.b.shape)
+    for child in node.children:
+        pooled = rj.maximum(pooled, max_pooled(child, p))
+    x = p.E[node.word] if node.is_leaf else 0
+    return rj.tanh(x + p.W @ pooled + p.b)
+
+
+@rj.recursive_model(arity=None)
+def min_pooled(node, p):
+    """A running `rj.minimum` over a list of the children's states, each child's value the
+    first operand, so the later children win a tie."""
+    states = [min_pooled(child, p) for child in node.children]
+    low = rj.ones(p.b.shape)
+    for h in states:
+        low = rj.minimum(rj.tanh(p.W @ h), low)
+    x = p.E[node.word] if node.is_leaf else 0
+    return rj.tanh(x + low + p.b)
+
+
 def vector_rnn_params(hidden, vocab_size, seed):
     """E, W and b of a small vector cell (child_mean's, and the CPU tests' that need no more)."""
     rng = np.random.default_rng(seed)

@@ -16,8 +16,8 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (assert_gradients_are_differences, assert_same_result,
                       attentive_child_sum, attentive_params,
-                      binary_forests, caterpillar, child_mean,
-                      gated_child_list, nary_forests, powered_rnn, row_major_params,
+                      binary_forests, caterpillar, child_mean, gated_child_list,
+                      max_pooled, min_pooled, nary_forests, powered_rnn, row_major_params,
                       row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
                       time_aware_rnn, transposed_mv_params, transposed_mv_rnn,
                       vector_rnn_params, with_time_steps, word_sequences)
@@ -291,6 +291,15 @@ def test_node_children_as_a_condition_differentiates_as_finite_differences_do():
 def test_lists_of_the_childrens_states_with_any_number_of_children_equal_reference(forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(gated_child_list.run(forest, p), gated_child_list.reference(forest, p))
+
+
+@pytest.mark.parametrize("model", [max_pooled, min_pooled],
+                         ids=["the running value first", "the child first"])
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_a_running_maximum_or_minimum_over_any_number_of_children_equals_reference(
+        model, forest, seed):
+    p = vector_rnn_params(4, VOCAB, seed)
+    assert_same_result(model.run(forest, p), model.reference(forest, p))
 
 
 @given(nary_forests(VOCAB, max_trees=5), seeds,

@@ -347,20 +347,24 @@ def test_cases_by_a_variable_number_of_children_are_refused_saying_what_is_compa
         by_count.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
-def test_a_running_maximum_over_any_number_of_children_is_refused_saying_only_sums_are():
+def test_a_running_product_over_any_number_of_children_is_refused_saying_what_accumulates():
     @rj.recursive_model(arity=None)
-    def max_pooled(node, p):
-        best = rj.zeros(p.E.shape[1:]) - 1e9
+    def product_pooled(node, p):
+        product = rj.ones(p.E.shape[1:])
         for child in node.children:
-            best = rj.maximum(best, max_pooled(child, p))
-        return p.E[node.word] if node.is_leaf else rj.tanh(best)
+            product = product * product_pooled(child, p)
+        return p.E[node.word] if node.is_leaf else rj.tanh(product)
 
-    update = max_pooled.function.__code__.co_firstlineno + 4  # from the decorator's line
-    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:\d+: `best`, changed per "
-                                                  rf"child at line {update} other than by a sum "
-                                                  r"\(only `best = best \+ x` or `best \+= x` "
-                                                  r"accumulates"):
-        max_pooled.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+    update = product_pooled.function.__code__.co_firstlineno + 4  # from the decorator's line
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:\d+: `product`, changed "
+                                                  rf"per child at line {update} other than by "
+                                                  r"a sum or a running maximum or minimum "
+                                                  r"\(only `product = product \+ x`, "
+                                                  r"`product \+= x` and `product = "
+                                                  r"rj.maximum\(product, x\)` or `rj.minimum` "
+                                                  r"accumulate over any number of children, "
+                                                  r"not a product\)"):
+        product_pooled.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
 def test_a_running_maximum_over_a_fixed_number_of_children_equals_the_reference():

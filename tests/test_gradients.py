@@ -25,7 +25,7 @@ from tree_rnn import make_params as tree_rnn_params, tree_rnn
 from conftest import (assert_gradients_are_differences, assert_same_gradients,
                       attentive_child_sum, attentive_params,
                       binary_forests, child_mean, child_sum_mv, child_sum_mv_params,
-                      cotangents, gated_child_list, nary_forests,
+                      cotangents, gated_child_list, max_pooled, min_pooled, nary_forests,
                       powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn,
                       scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
                       transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences)
@@ -104,7 +104,9 @@ CELLS = {"scalar parameter": (scaled_rnn, scaled_rnn_params, binary_forests),
          "attention, inner products": (attentive_child_sum, attentive_params, nary_forests),
          "the number of children": (child_mean, vector_rnn_params, nary_forests),
          "lists of children's states": (gated_child_list, vector_rnn_params, nary_forests),
-         "matrices per child": (child_sum_mv, child_sum_mv_params, nary_forests)}
+         "matrices per child": (child_sum_mv, child_sum_mv_params, nary_forests),
+         "a running maximum over the children": (max_pooled, vector_rnn_params, nary_forests),
+         "a running minimum, the child first": (min_pooled, vector_rnn_params, nary_forests)}
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))
@@ -114,6 +116,55 @@ def test_a_cell_of_the_languages_constructs_gets_the_recursions_gradients(name, 
     model, make, forests = CELLS[name]
     forest = data.draw(forests(VOCAB, max_trees=2, max_leaves=5))
     assert_gradients_are_differences(model, forest, make(HIDDEN, VOCAB, seed % 7), seed)
+
+
+@rj.recursive_model(arity=None)
+def pooled_any(node, p):
+    pooled = rj.zeros(p.b.shape)
+    for child in node.children:
+        pooled = rj.maximum(pooled, rj.relu(pooled_any(child, p)))
+    low = rj.zeros(p.b.shape)
+    for child in node.children:
+        low = rj.minimum(pooled_any(child, p), low)
+    x = p.E[node.word] if node.is_leaf else 0
+    return p.W @ (x + pooled + low) + p.b
+
+
+@rj.recursive_model(arity=3)
+def pooled_three(node, p):
+    """`pooled_any` over exactly three children: the loops unroll into chains of `maximum`
+    and `minimum` whose pullbacks send a tie's cotangent where NumPy's choice went."""
+    pooled = rj.zeros(p.b.shape)
+    for child in node.children:
+        pooled = rj.maximum(pooled, rj.relu(pooled_three(child, p)))
+    low = rj.zeros(p.b.shape)
+    for child in node.children:
+        low = rj.minimum(pooled_three(child, p), low)
+    x = p.E[node.word] if node.is_leaf else 0
+    return p.W @ (x + pooled + low) + p.b
+
+
+@few
+@given(seed=seeds)
+def test_a_running_maximums_tie_sends_the_cotangent_where_a_chain_of_maximums_does(seed):
+    """Small integers make ties everywhere (between children, and with the zeros each
+    running value starts from), computed exactly: the gradients of the reduction over any
+    number of children are those of the unrolled chain, bit for bit."""
+    rng = np.random.default_rng(seed)
+    forest = rj.Forest.from_nested([((1, 2, 0), (3, 3, 3), 4), (0, 0, 0), (5, (1, 2, 3), 1)])
+    p = rj.Params(E=rng.integers(-2, 3, (VOCAB, HIDDEN)).astype(float),
+                  W=rng.integers(-1, 2, (HIDDEN, HIDDEN)).astype(float),
+                  b=rng.integers(-1, 2, HIDDEN).astype(float))
+    pullbacks = []
+    for model in (pooled_any, pooled_three):
+        out, pullback = model.vjp(forest, p)
+        pullbacks.append(pullback)
+    roots = rng.integers(-2, 3, out.roots[0].shape).astype(float)
+    nodes = rng.integers(-2, 3, out.nodes[0].shape).astype(float)
+    assert_same_gradients(*(pullback(roots=roots, nodes=nodes) for pullback in pullbacks),
+                          rtol=0, atol=0)
+    assert_same_gradients(pullbacks[0](roots=roots, nodes=nodes),
+                          pullbacks[0].interpreted()(roots=roots, nodes=nodes), rtol=0, atol=0)
 
 
 @few

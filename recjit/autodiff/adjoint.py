@@ -16,6 +16,8 @@ Op kinds of the adjoint only, besides the cell IR's (`frontend.cell_ir`):
   outer        ()                 vector ⊗ vector, a matrix
   pad          (start, stop)      a vector (or rows of a matrix) of zeros but start..stop
   each_child   ()                 a value of the node's, as a value per child
+  child_position ()               a child's place among its node's children (0, 1, ...), a
+                                  number per child
   sum          ()                 the sum of a value's elements, a number
   unary sign, binary picks_first / picks_first_min: the derivatives' own functions (the
   sign of a number; 1 where maximum or minimum returns its first operand, as NumPy's do at
@@ -36,7 +38,7 @@ Effects (no value):
 from dataclasses import dataclass, replace
 
 from ..errors import UnsupportedError
-from ..frontend.cell_ir import Op, attribute, transposed
+from ..frontend.cell_ir import OVER_CHILDREN, Op, attribute, transposed
 
 
 @dataclass(frozen=True)
@@ -84,8 +86,8 @@ class _Adjoint:
 
     # building ops -------------------------------------------------------------------------
     def emit(self, kind, args, attrs, shape, line):
-        per_child = kind == "each_child" or (
-            any(self.ops[a].per_child for a in args) and kind != "child_sum")
+        per_child = kind in ("each_child", "child_position") or (
+            any(self.ops[a].per_child for a in args) and kind not in OVER_CHILDREN)
         key = (kind, args, attrs, shape)
         if key not in self.memo:
             self.memo[key] = len(self.ops)
@@ -161,6 +163,33 @@ class _Adjoint:
         term read of the node's own sums it over the children again."""
         each = self.emit("each_child", (gradient,), (), self.ops[gradient].shape, op.line)
         self.add_cotangent(op.args[0], each, op.line)
+
+    def child_extreme(self, index, op, gradient):
+        """`child_max` (`child_min`) sends its cotangent, element by element, to the one child
+        whose value the chain of NumPy's `maximum` returns: of those attaining the maximum,
+        the earliest child or the latest (`ties`), as the chain's own pullback does. Each
+        child's candidate is its place where it attains the maximum, and its place moved
+        past every other child's (by the number of children) where it does not; the least
+        candidate (the greatest, for the latest) is the one child."""
+        (x,), (ties,), line, shape = op.args, op.attrs, op.line, op.shape
+        picks = "picks_first" if op.kind == "child_max" else "picks_first_min"
+        attains = self.binary(picks, x, self.emit("each_child", (index,), (), shape, line),
+                              line)
+        misses = self.binary("sub", self.const(1.0, line), attains, line)
+        moved = self.binary("mul", misses, self.emit("num_children", (), (), (), line), line)
+        place = self.emit("child_position", (), (), (), line)
+        if ties == "earliest":
+            candidate = self.binary("add", place, moved, line)
+            chosen = self.emit("child_min", (candidate,), ("earliest",), shape, line)
+            chooses = "picks_first_min"
+        else:
+            candidate = self.binary("sub", place, moved, line)
+            chosen = self.emit("child_max", (candidate,), ("latest",), shape, line)
+            chooses = "picks_first"
+        winner = self.binary(chooses, candidate,
+                             self.emit("each_child", (chosen,), (), shape, line), line)
+        each = self.emit("each_child", (gradient,), (), self.ops[gradient].shape, line)
+        self.add_cotangent(x, self.binary("mul", each, winner, line), line)
 
     def unary(self, index, op, gradient):
         function, (x,), line = op.attrs[0], op.args, op.line
@@ -310,6 +339,7 @@ def _without_dead_ops(ops, forward):
 
 _RULES = {"param": _Adjoint.param, "gather": _Adjoint.gather, "field": _Adjoint.field,
           "child_state": _Adjoint.child_state, "child_sum": _Adjoint.child_sum,
+          "child_max": _Adjoint.child_extreme, "child_min": _Adjoint.child_extreme,
           "unary": _Adjoint.unary, "binary": _Adjoint.binary_op, "matvec": _Adjoint.matvec,
           "matmul": _Adjoint.matmul, "inner": _Adjoint.inner, "slice": _Adjoint.slice,
           "concat": _Adjoint.concat, "const": _Adjoint.nothing, "fill": _Adjoint.nothing,

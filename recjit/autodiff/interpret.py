@@ -128,6 +128,34 @@ class Evaluator:
         np.add.at(total, self.batch.edge_node, term.array)
         return Value(total, NODES)
 
+    def op_child_max(self, op):
+        return self.extreme(op, np.maximum, -np.inf)
+
+    def op_child_min(self, op):
+        return self.extreme(op, np.minimum, np.inf)
+
+    def extreme(self, op, function, start):
+        """A chain of `function` over each node's children in their order, from `start`,
+        the running value first (`ties` "earliest") or second."""
+        (term,) = self.of(op)
+        values = self.by_row(term, EDGES)
+        total = np.full((self.batch.size,) + op.shape, start, dtype=self.dtype)
+        places = self.places()
+        for place in range(int(self.batch.counts.max(initial=0))):
+            edges = places == place
+            nodes = self.batch.edge_node[edges]
+            pair = (total[nodes], values[edges])
+            total[nodes] = function(*(pair if op.attrs == ("earliest",) else pair[::-1]))
+        return Value(total, NODES)
+
+    def places(self):
+        """Each edge's child's place among its node's children."""
+        counts = self.batch.counts
+        return np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+
+    def op_child_position(self, op):
+        return Value(self.places().astype(self.dtype), EDGES)
+
     def op_unary(self, op):
         (x,) = self.of(op)
         return Value(np.asarray(_UNARY[op.attrs[0]](x.array), dtype=self.dtype), x.rows)

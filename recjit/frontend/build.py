@@ -14,7 +14,7 @@ import numpy as np
 from .. import ops
 from ..errors import InputError, ShapeError, UnsupportedError, did_you_mean
 from ..params import described, is_weak, shape_and_dtype
-from .cell_ir import EACH, CellCase, CellIR, Op, attribute, label, transposed
+from .cell_ir import EACH, OVER_CHILDREN, CellCase, CellIR, Op, attribute, label, transposed
 from .names import UNRESOLVED, Captured, Item, OutsideName, is_immutable, is_user_helper
 from .interpret import CellInterpreter
 from .syntax import is_none_test, positional_arguments
@@ -52,7 +52,8 @@ class VariableCount:
 class ChildLocal:
     """A name bound inside a loop over a variable number of children to a per-child value:
     it has no single value after the loop. `updated_at`: the line where the loop changes a
-    value it had before other than by a sum (a running maximum, a product), else None."""
+    value it had before other than by a sum or a running maximum or minimum (a product, say),
+    else None."""
 
     def __init__(self, name, updated_at=None):
         self.name = name
@@ -129,7 +130,7 @@ class CaseBuilder:
         key = (kind, args, attrs, tuple(shape))
         if key not in self.memo:
             per_child = (kind == "child_state" and attrs[0] == EACH) or (
-                kind != "child_sum" and any(self.ops[a].per_child for a in args))
+                kind not in OVER_CHILDREN and any(self.ops[a].per_child for a in args))
             self.memo[key] = len(self.ops)
             self.ops.append(Op(kind, args, attrs, tuple(shape), line, per_child))
         index = self.memo[key]
@@ -426,8 +427,9 @@ class Interpreter(CellInterpreter):
     def child_loop(self, loop, each, env):
         """`for c in node.children:` (or over a `PerChild`, as `for h in states:`) with a
         variable arity. The body runs once, its target bound to `each`, the value at a
-        symbolic child; a name it updates as `acc = acc + x` becomes `acc + child_sum(x)`,
-        and a value computed per child cannot be read after the loop."""
+        symbolic child; a name it updates as `acc = acc + x` becomes `acc + child_sum(x)`
+        (and `best = rj.maximum(best, x)` `maximum(best, child_max(x))`), and a value
+        computed per child cannot be read after the loop."""
         before = dict(env)
         self.bind(loop.target, each, env)
         try:
@@ -437,14 +439,15 @@ class Interpreter(CellInterpreter):
                                    "compiled with arity=None; accumulate, then return",
                                    loop) from None
         ops = self.builder.ops
-        sums = accumulators(loop.body)
+        updated = accumulators(loop.body)
         for name, value in list(env.items()):
             old = before.get(name)
             if value is old:
                 continue
             if isinstance(value, NodeView) or (isinstance(value, Tensor)
                                                and ops[value.index].per_child):
-                total = self.accumulated(old, value, loop) if name in sums else None
+                total = (self.accumulated(old, value, updated[name], loop)
+                         if name in updated else None)
                 env[name] = total if total is not None else ChildLocal(
                     name, None if old is None else self.assigned_at(loop, name))
             elif isinstance(value, Tensor) and name in before:
@@ -460,26 +463,49 @@ class Interpreter(CellInterpreter):
                          (node.targets if isinstance(node, ast.Assign) else [node.target]))]
         return max(lines, default=self.source.lineno(loop))
 
-    def accumulated(self, old, value, loop):
-        """`old + child_sum(x)` when the loop body computed `value = old + x`, else None."""
+    def accumulated(self, old, value, how, loop):
+        """What a name updated in the loop (`accumulators`) holds after it: `old +
+        child_sum(x)` where the body computed `value = old + x`; `maximum(old, child_max(x))`
+        where it computed `value = maximum(old, x)`, and so for `minimum` and `maximum(x,
+        old)`; else None."""
         if old is None or not isinstance(value, Tensor):
             return None
         builder = self.builder
         op = builder.ops[value.index]
         old = builder.tensor(old, self.source, loop)
-        if builder.is_zero(old.index):  # `0 + x` was simplified to x
-            term = value.index
-        elif op.kind == "binary" and op.attrs == ("add",) and old.index in op.args:
-            term = op.args[1] if op.args[0] == old.index else op.args[0]
-        else:
+        if how == "sum" and builder.is_zero(old.index):  # `0 + x` was simplified to x
+            return self.sum_over_children(value, old, loop)
+        if op.kind != "binary" or old.index not in op.args or op.args[0] == op.args[1]:
             return None
-        return self.sum_over_children(Tensor(term, builder.ops[term].shape), old, loop)
+        running_first = op.args[0] == old.index
+        term = op.args[1] if running_first else op.args[0]
+        term = Tensor(term, builder.ops[term].shape)
+        if how == "sum" and op.attrs == ("add",):
+            return self.sum_over_children(term, old, loop)
+        if how == "call" and op.attrs in (("maximum",), ("minimum",)) \
+                and old.shape in ((), term.shape):
+            return self.extreme_over_children(op.attrs[0], term, old, running_first, loop)
+        return None
 
     def sum_over_children(self, term, start, node):
         """`start + Σ_children term`; the sum alone when `start` is None."""
         total = self.builder.emit("child_sum", (term.index,), (), term.shape,
                                   self.source.lineno(node))
         return total if start is None else self.binary(ast.Add(), start, total, node)
+
+    def extreme_over_children(self, function, term, start, running_first, loop):
+        """`maximum(start, child_max(term))` for a loop that updates `best = maximum(best,
+        term)`, and so for `minimum`. NumPy's maximum gives the same bits however a chain of
+        it is grouped, as long as a tie goes to the same side throughout: where the running
+        value is the first operand, the start and then the earlier children win a tie
+        (`earliest`), else the later children and then the start (`latest`)."""
+        line = self.source.lineno(loop)
+        extreme = self.builder.emit(f"child_{function[:3]}", (term.index,),
+                                    ("earliest" if running_first else "latest",),
+                                    term.shape, line)
+        operands = (start, extreme) if running_first else (extreme, start)
+        return self.builder.emit("binary", tuple(o.index for o in operands), (function,),
+                                 term.shape, line)
 
     def iterate(self, node, env):
         return self.sequence(self.expr(node, env), node)
@@ -1113,9 +1139,10 @@ class Interpreter(CellInterpreter):
 
 
 def accumulators(body):
-    """Names that a loop body only updates as `acc = acc + x` or `acc += x`, and reads
-    nowhere else: the sums over the children."""
-    assignments, sums, reads, read_by_sums = Counter(), Counter(), Counter(), Counter()
+    """{name: how}: the names that a loop body only updates, and reads nowhere else, as
+    `acc = acc + x` or `acc += x` (how: "sum"), or as a call of two arguments, one of them
+    the name, `acc = rj.maximum(acc, x)` (how: "call"; the builder checks the function)."""
+    assignments, reads, updates, read_by_updates = Counter(), Counter(), {}, Counter()
     for node in (inner for statement in body for inner in ast.walk(statement)):
         if isinstance(node, ast.Name):
             if isinstance(node.ctx, ast.Load):
@@ -1124,17 +1151,23 @@ def accumulators(body):
                 assignments[node.id] += 1
         if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
                 and isinstance(node.op, ast.Add):
-            sums[node.target.id] += 1
+            updates.setdefault(node.target.id, []).append("sum")
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
-                and isinstance(node.targets[0], ast.Name) \
-                and isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add):
+                and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
-            operands = (node.value.left, node.value.right)
+            if isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add):
+                how, operands = "sum", (node.value.left, node.value.right)
+            elif isinstance(node.value, ast.Call) and len(node.value.args) == 2 \
+                    and not node.value.keywords:
+                how, operands = "call", node.value.args
+            else:
+                continue
             if any(isinstance(o, ast.Name) and o.id == name for o in operands):
-                sums[name] += 1
-                read_by_sums[name] += 1
-    return {name for name, count in sums.items()
-            if count == assignments[name] and reads[name] == read_by_sums[name]}
+                updates.setdefault(name, []).append(how)
+                read_by_updates[name] += 1
+    return {name: hows[0] for name, hows in updates.items()
+            if len(set(hows)) == 1 and len(hows) == assignments[name]
+            and reads[name] == read_by_updates[name]}
 
 
 _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops.zeros,
@@ -1192,8 +1225,9 @@ def _describe(value):
         return "node.children"
     if isinstance(value, ChildLocal) and value.updated_at is not None:
         return (f"`{value.name}`, changed per child at line {value.updated_at} other than by "
-                f"a sum (only `{value.name} = {value.name} + x` or `{value.name} += x` "
-                "accumulates over any number of children, not a running maximum or product),")
+                f"a sum or a running maximum or minimum (only `{value.name} = {value.name} + "
+                f"x`, `{value.name} += x` and `{value.name} = rj.maximum({value.name}, x)` "
+                "or `rj.minimum` accumulate over any number of children, not a product),")
     if isinstance(value, ChildLocal):
         return (f"`{value.name}`, a value computed per child inside a loop over "
                 "node.children (it has no single value after the loop)")

@@ -7,6 +7,10 @@ parameters and fields. Op kinds and their `attrs`:
   child_state  (child, component)   component of child k's state (the recursive call's result);
                                     child "each": of any one child, with a variable arity
   child_sum    ()                   the sum over the node's children of a per-child value
+  child_max    (ties,)              the maximum over the node's children of a per-child value,
+                                    NumPy's `maximum` taken child by child from -inf; `ties`
+                                    "earliest" (the running value is `maximum`'s first operand,
+                                    which wins a tie) or "latest"; `child_min` the same from inf
   gather       (table, field)       row `table[node.field]` of a parameter table
   field        (name,)              the node's own vector field
   const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`
@@ -18,11 +22,12 @@ parameters and fields. Op kinds and their `attrs`:
   concat       ()                   vectors joined end to end, or matrices stacked as rows
 
 An op is `per_child` when it reads `child_state each`: it has one value per child, and only a
-`child_sum` turns it back into a value of the node.
+reduction over the children (`OVER_CHILDREN`) turns it back into a value of the node.
 """
 from dataclasses import dataclass
 
 EACH = "each"  # `child_state` of any one child, with a variable arity
+OVER_CHILDREN = ("child_sum", "child_max", "child_min")  # a per-child value → the node's
 TRANSPOSED = ".T"  # a `param` op's name ends with it where the cell reads the matrix transposed
 
 

@@ -17,10 +17,11 @@
   computed node after node by one worker (`unrolled_batch`).
 """
 import functools
+import math
 from dataclasses import dataclass, fields, is_dataclass, replace
 
 from ..errors import ScheduleError, UnsupportedError
-from ..frontend.cell_ir import EACH, attribute, label
+from ..frontend.cell_ir import EACH, OVER_CHILDREN, attribute, label
 from .ilir import (Alloc, Argument, ArgumentRole, Barrier, BinOp, Call, Comment, Const, If, Kernel,
                    KeptProduct, Let, Load, Loop, LoopRole, MatMul, RowsOf, Store, Var, add, mul,
                    nodes, walk)
@@ -31,7 +32,15 @@ STRUCTURE = ("batch_begin", "child_ptr", "child_idx")
 # The batch loop counts b down to 0; batch 0, the last, holds roots only.
 NOT_LAST_BATCH = BinOp(">", Var("b"), Const(0))
 BINARY_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-LOOPED_NUMBERS = ("inner", "child_sum", "sum")  # numbers computed by a loop: once a node
+LOOPED_NUMBERS = ("inner", "sum", *OVER_CHILDREN)  # numbers computed by a loop: once a node
+# Each reduction over the children: its start, and its step from the running value `total`
+# and the child's `term` (`child_max`'s and `child_min`'s by the side that wins a tie).
+REDUCTIONS = {
+    ("child_sum",): (0.0, lambda total, term: BinOp("+", total, term)),
+    ("child_max", "earliest"): (-math.inf, lambda total, term: Call("maximum", (total, term))),
+    ("child_max", "latest"): (-math.inf, lambda total, term: Call("maximum", (term, total))),
+    ("child_min", "earliest"): (math.inf, lambda total, term: Call("minimum", (total, term))),
+    ("child_min", "latest"): (math.inf, lambda total, term: Call("minimum", (term, total)))}
 
 
 def state_name(component):
@@ -126,8 +135,10 @@ class ElementEmitter:
             child, projection = op.attrs
             node = Var("child") if child == EACH else lowering.child(child)
             return Load(projection, (node, index))
-        if kind == "child_sum":
-            return self.child_sum(value, op, index, position)
+        if kind in OVER_CHILDREN:
+            return self.over_children(value, op, index, position)
+        if kind == "child_position":  # the edges before the child's among the node's
+            return Call("num_children", (Var("edge"), Load("child_ptr", (Var("node"),))))
         if kind in ("matvec", "matmul", "inner"):
             return self.dot(value, op, index, position)
         if kind == "gather":
@@ -164,12 +175,14 @@ class ElementEmitter:
                 offset += size
         raise lowering.unsupported(f"`{kind}` of shape {op.shape} is not compiled yet", op)
 
-    def child_sum(self, value, op, index, position):
+    def over_children(self, value, op, index, position):
+        """A reduction over the node's children (`REDUCTIONS`): a loop over its edges."""
         term_emitter = ElementEmitter(self.pass_lowering, self, "child")
         term = term_emitter.element(op.args[0], index, position)
         total = self.fresh(f"v{value}")
-        self.statements += [Let(total, Const(0.0)), over_children(
-            term_emitter.statements + [Let(total, BinOp("+", Var(total), term))])]
+        start, step = REDUCTIONS[(op.kind, *op.attrs)]
+        self.statements += [Let(total, Const(start)), over_children(
+            term_emitter.statements + [Let(total, step(Var(total), term))])]
         return Var(total)
 
     def dot(self, value, op, index, position):
@@ -365,7 +378,7 @@ def breakpoints(ops, value):
                 | {row * columns + p for row in range(op.shape[0]) for p in inner}) - {0}
     if op.kind == "transpose":
         return _transposed_breakpoints(op.shape, breakpoints(ops, op.args[0]))
-    if op.kind in ("unary", "binary", "child_sum", "each_child"):
+    if op.kind in ("unary", "binary", "each_child", *OVER_CHILDREN):
         return set().union(*(breakpoints(ops, a) for a in op.args if ops[a].shape != ()))
     if op.kind in ("matvec", "matmul"):
         matrix, operand = op.args

@@ -29,9 +29,9 @@ node is not its own child). (benchmarks/README.md: TreeLSTM's backward kernel, 3
 at 25 SST trees.)"""
 from dataclasses import replace
 
-from ..lowering.ilir import (Alloc, BinOp, Const, Let, Load, Loop, LoopRole, Store, Var, add,
+from ..lowering.ilir import (Alloc, Const, Let, Load, Loop, LoopRole, Store, Var, add,
                             nodes, substitute)
-from .child_sums import rewritten_loops, sum_started_before
+from .child_sums import reduction_started_before, rewritten_loops
 
 
 def plan_children_after(kernel):
@@ -53,11 +53,12 @@ def children_after(loop):
     if not edges or any(isinstance(statement, Loop) and index not in edges
                         for index, statement in enumerate(body)):
         return (loop,)
-    totals = {}  # the sums over children: {name: the index of the edge loop that sums it}
-    for index in edges:
-        total = sum_started_before(body, index)
-        if total is not None:
-            totals[total] = index
+    totals, reductions = {}, {}  # the sums (maxima, minima) over children, by name: the
+    for index in edges:          # index of the edge loop that computes each, and how
+        reduction = reduction_started_before(body, index)
+        if reduction is not None:
+            totals[reduction.total] = index
+            reductions[reduction.total] = reduction
     starts = {index - 1 for index in totals.values()}
     own, after, reading = [], [], set(totals)
     for index, statement in enumerate(body):
@@ -100,24 +101,24 @@ def children_after(loop):
     if own:
         split.append(element_loop(own + [Store(f"vals_{name}", (position,), Var(name))
                                          for name in kept]))
-    for total in totals:
-        split += [Alloc(f"sums_{total}", size),
-                  element_loop([Store(f"sums_{total}", (position,), Const(0.0))])]
+    rows = {total: Load(reduction.row, (position,)) for total, reduction in reductions.items()}
+    for total, row in rows.items():
+        split += [Alloc(row.array, size),
+                  element_loop([Store(row.array, row.index, reductions[total].start)])]
     each_child = []  # the edge loops' bodies, one after another, in one edge loop
     for index in edges:
         inner = list(body[index].body[1:])  # after naming the child
         if index in own_total:
-            *inner, accumulate = inner
-            row = Load(f"sums_{own_total[index]}", (position,))
-            inner.append(Store(row.array, row.index, BinOp("+", row, accumulate.value.right)))
+            total = own_total[index]
+            inner[-1] = Store(rows[total].array, rows[total].index,
+                              reductions[total].step_from(rows[total]))
         each_child += inner
     first = body[edges[0]]
     merged = _each_value_once(restored(each_child) + each_child)
     split.append(replace(first, body=(first.body[0], element_loop(merged))))
     if after:
         split.append(element_loop(restored(after)
-                                  + [Let(total, Load(f"sums_{total}", (position,)))
-                                     for total in totals]
+                                  + [Let(total, row) for total, row in rows.items()]
                                   + after))
     return tuple(split)
 

@@ -1,5 +1,5 @@
-"""Sums over a node's children, taken out of the element loop that reads them: the CPU's own
-order of a child-sum model's loops.
+"""Sums over a node's children (and maxima and minima), taken out of the element loop that
+reads them: the CPU's own order of a child-sum model's loops.
 
 The lowering writes a sum over children where its value is read, inside the element loop:
 `for k: total = 0; for edge in node's edges: total += term(k)`. That suits the GPU, whose
@@ -12,18 +12,21 @@ of its own, walked child by child with the element loop innermost:
     for edge in node's edges: sums_v9[k] = sums_v9[k] + term(k) for every k
     for k: v9 = sums_v9[k]; ... the rest of the element loop ...
 
-Each element adds the same terms in the same order as before. Inside a `prange`, numba
+Each element adds the same terms in the same order as before. A maximum or minimum over the
+children (`lower.REDUCTIONS`) goes into a row the same way (`maxima_v9`, `minima_v9`), from
+its own start and by its own step. Inside a `prange`, numba
 hoists a fixed-size `np.empty` to one allocation per thread. (The child-sum models gained a
 third of their time: benchmarks/README.md, "Measurements behind the code".)
 
 A child's own numbers (a score, `np.dot(p.a, h_k)`) go before the row's element loop, once a
 child; and a dot loop, the inner product of a sum over children, takes its sum from a row the
 same way."""
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..lowering.ilir import (
     Alloc,
     BinOp,
+    Call,
     Const,
     If,
     Let,
@@ -34,6 +37,7 @@ from ..lowering.ilir import (
     Var,
     add,
     nodes,
+    substitute,
 )
 
 
@@ -80,25 +84,24 @@ def sums_first(loop):
                for let in nodes(inner.body, Let)}
     first, body, lets, summed, copied = [], [], {}, set(), set()
     for index, statement in enumerate(loop.body):
-        total = sum_started_before(loop.body, index)
-        if total is None:
+        reduction = reduction_started_before(loop.body, index)
+        if reduction is None:
             recomputed = None
         else:
-            *terms, accumulate = statement.body
-            term = accumulate.value.right
-            recomputed = _recomputed((*terms, term), lets, rebound - summed, stored)
+            terms = statement.body[:-1]
+            recomputed = _recomputed((*terms, reduction.term), lets, rebound - summed, stored)
         if recomputed is not None:
-            row = f"sums_{total}"
+            total, row = reduction.total, Load(reduction.row, (position,))
             summed.add(total)
             copied.update(let.name for let in recomputed)
             once, each = _once_a_child(tuple(terms[1:]), loop.var, recomputed)
-            first += [Alloc(row, (size,)),
-                      _element_loop(loop, (Store(row, (position,), Const(0.0)),)),
+            first += [Alloc(row.array, (size,)),
+                      _element_loop(loop, (Store(row.array, row.index, reduction.start),)),
                       Loop(statement.var, statement.start, statement.stop, (
                           terms[0], *once, _element_loop(loop, recomputed + each + (Store(
-                              row, (position,), BinOp("+", Load(row, (position,)), term)),))),
+                              row.array, row.index, reduction.step_from(row)),))),
                            statement.role)]
-            body[-1] = lets[total] = Let(total, Load(row, (position,)))
+            body[-1] = lets[total] = Let(total, row)
             continue
         body.append(statement)
         if isinstance(statement, Let):
@@ -150,22 +153,57 @@ def _recomputed(terms, lets, rebound, stored):
     return recomputed
 
 
-def sum_started_before(statements, index):
-    """The name of the sum that `statements[index]` accumulates over the node's children (the
-    lowering's `over_children` loop, its total set to 0 just before), else None."""
+@dataclass(frozen=True)
+class ChildReduction:
+    """A reduction over the node's children as the lowering writes it (`lower.REDUCTIONS`):
+    `total = start` just before a loop over the edges whose last statement is `total =
+    step`, the step reading the running value once and the child's `term`."""
+
+    total: str
+    start: Const
+    step: object
+    term: object
+
+    @property
+    def row(self):
+        """The name of the row it goes into, element by element."""
+        kind = self.step.operator if isinstance(self.step, BinOp) else self.step.function
+        return {"+": "sums", "maximum": "maxima", "minimum": "minima"}[kind] + f"_{self.total}"
+
+    def step_from(self, running):
+        """The step with the running value read from `running`."""
+        return substitute(self.step, {Var(self.total): running})
+
+
+def reduction_started_before(statements, index):
+    """The `ChildReduction` that `statements[index]` computes over the node's children (the
+    lowering's `over_children` loop, its total set to its start just before), else None."""
     loop = statements[index]
     if not (isinstance(loop, Loop) and loop.var == "edge" and index > 0 and loop.body):
         return None
     start, accumulate = statements[index - 1], loop.body[-1]
-    if not (isinstance(start, Let) and start.value == Const(0.0)
+    if not (isinstance(start, Let) and isinstance(start.value, Const)
             and isinstance(accumulate, Let) and accumulate.name == start.name
-            and isinstance(accumulate.value, BinOp) and accumulate.value.operator == "+"
-            and accumulate.value.left == Var(start.name)
             and isinstance(loop.body[0], Let) and loop.body[0].name == "child"):
+        return None
+    total = Var(start.name)
+    term = _term_of(accumulate.value, total)
+    if term is None or total in nodes(term, Var):
         return None
     if any(isinstance(inner, Let) and inner.name == start.name for inner in loop.body[:-1]):
         return None
-    return start.name
+    return ChildReduction(start.name, start.value, accumulate.value, term)
+
+
+def _term_of(step, total):
+    """The child's term in a reduction's step (`total + term`, `maximum(total, term)`,
+    `maximum(term, total)`, and so for `minimum`), else None."""
+    if isinstance(step, BinOp) and step.operator == "+" and step.left == total:
+        return step.right
+    if isinstance(step, Call) and step.function in ("maximum", "minimum") \
+            and len(step.args) == 2 and total in step.args:
+        return step.args[1] if step.args[0] == total else step.args[0]
+    return None
 
 
 def _element_loop(loop, body):

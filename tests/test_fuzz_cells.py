@@ -78,8 +78,9 @@ def expressions(draw, atoms, depth=3):
 @st.composite
 def cells(draw):
     """(source of a module defining `cell`, the mistake in it). A binary cell reads `hl` and
-    `hr`; a child-sum cell (any arity) sums a per-child expression of `h_k` into `hl`, and
-    reads `hr` = the plain sum of its children's states, in a loop or over a list of them. The
+    `hr`; a child-sum cell (any arity) sums a per-child expression of `h_k` into `hl` (or, in
+    a loop, takes their running maximum or minimum), and reads `hr` = the plain sum of its
+    children's states, in a loop or over a list of them. The
     per-child expression always reads `h_k`: adding the same value for every child is refused
     by design (a clear UnsupportedError, tested in test_properties), not a valid cell."""
     leaf = draw(expressions(["p.E[node.word]", "p.b0"]))
@@ -102,12 +103,14 @@ def cells(draw):
     if "h_k" not in per_child:
         per_child = f"({per_child} + h_k)"
     call = "cell(child, p)" if where != "left" else line.split(" = ")[1]
-    if draw(st.booleans()):  # a loop that accumulates
+    if draw(st.booleans()):  # a loop that accumulates: a sum, or a running maximum or minimum
+        update = draw(st.sampled_from([f"hl + {per_child}", f"rj.maximum(hl, {per_child})",
+                                       f"np.minimum({per_child}, hl)"]))
         sums = ("    hl = rj.zeros(p.b0.shape)\n"
                 "    hr = rj.zeros(p.b0.shape)\n"
                 "    for child in node.children:\n"
                 f"        h_k = {call}\n"
-                f"        hl = hl + {per_child}\n"
+                f"        hl = {update}\n"
                 "        hr = hr + h_k\n")
     else:  # the same sums over a list of the children's states
         sums = (f"    states = [{call} for child in node.children]\n"

@@ -17,7 +17,8 @@ from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
-from conftest import binary_forests, nary_forests, random_dags, seeds, word_sequences
+from conftest import (binary_forests, max_pooled, nary_forests, random_dags, seeds,
+                      vector_rnn_params, word_sequences)
 
 torch = pytest.importorskip("torch")
 HIDDEN, VOCAB = 3, 6
@@ -109,6 +110,19 @@ def torch_gru(p, step, children):
     return (1 - z) * h_prev + z * torch.tanh(x_h + p.U_h @ (r * h_prev))
 
 
+def torch_max_pooled(p, node, children):
+    """conftest.max_pooled: its running maximum from zeros as PyTorch's maximum over the
+    stacked children (which splits a tie's gradient where NumPy's chain sends it to one
+    side: the same parameters' gradients, as tied children here are the same subtree)."""
+    pooled = torch.maximum(zeros(), torch.stack(children).amax(0)) if children else zeros()
+    x = p.E[node.word] if not children else 0
+    return torch.tanh(x + p.W @ pooled + p.b)
+
+
+def max_pooled_params(hidden, vocab_size, dtype, seed):
+    return vector_rnn_params(hidden, vocab_size, seed)
+
+
 def torch_dag_rnn(p, node, children):
     h_pred = sum(children, zeros())
     return torch.relu(p.W @ node.x + p.U @ h_pred + p.b)
@@ -150,7 +164,8 @@ MODELS = {"tree_fc": (tree_fc, torch_tree_fc, tree_fc_params, binary_forests),
                              nary_forests),
           "mv_rnn": (mv_rnn, torch_mv_rnn, mv_rnn_params, binary_forests),
           "lstm": (lstm, torch_lstm, lstm_params, word_sequences),
-          "gru": (gru, torch_gru, gru_params, word_sequences)}
+          "gru": (gru, torch_gru, gru_params, word_sequences),
+          "max_pooled": (max_pooled, torch_max_pooled, max_pooled_params, nary_forests)}
 
 
 def assert_torch_agrees(model, torch_cell, forest, p, seed):

@@ -636,6 +636,66 @@ def test_np_sum_is_refused_with_what_to_write_instead():
         numpy_summed.run(rj.Forest.from_nested([(0, 1)]), rj.Params(E=np.ones((3, 4))))
 
 
+def numpy_max(states):
+    return np.max(np.stack(states), axis=0)
+
+
+def numpy_amin(states):
+    return np.amin(states, axis=0)
+
+
+def numpy_maximum_reduce(states):
+    return np.maximum.reduce(states)
+
+
+def numpy_mean(states):
+    return np.mean(states, axis=0)
+
+
+def numpy_stack_max(states):
+    return np.stack(states).max(axis=0)
+
+
+def python_max(states):
+    return max(states)
+
+
+POOLED_BY = {"pooling": numpy_max}
+
+
+@rj.recursive_model(arity=None)
+def numpy_pooled(node, p):
+    if node.is_leaf:
+        return p.E[node.word]
+    return POOLED_BY["pooling"]([numpy_pooled(child, p) for child in node.children])
+
+
+@pytest.mark.parametrize("pooling, message", [
+    (numpy_max, (r"np\.max is not part of the cell language: a maximum over the children is "
+                 r"a loop, `best = rj\.maximum\(best, h\)` for each child's state h")),
+    (numpy_amin, (r"np\.amin is not part of the cell language: a minimum over the children "
+                  r"is a loop, `best = rj\.minimum\(best, h\)`")),
+    (numpy_maximum_reduce, (r"np\.maximum\.reduce is not part of the cell language: a "
+                            r"maximum over the children is a loop")),
+    (numpy_mean, (r"np\.mean is not part of the cell language: the children's mean is "
+                  r"sum\(states\) / len\(states\)")),
+    (numpy_stack_max, (r"np\.stack is not part of the cell language: keep the children's "
+                       r"states a list and pool them with sum\(states\)")),
+    (python_max, r"max takes numbers: a maximum over the children is a loop"),
+], ids=["np.max", "np.amin", "np.maximum.reduce", "np.mean", "np.stack", "max"])
+def test_numpys_pooling_of_the_childrens_states_is_refused_with_the_cells_way(
+        pooling, message, monkeypatch):
+    monkeypatch.setitem(POOLED_BY, "pooling", pooling)
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:{_line_of(pooling)}: "
+                                                  rf"{message}"):
+        numpy_pooled.run(rj.Forest.from_nested([(0, 1, 2)]), rj.Params(E=np.ones((3, 4))))
+
+
+def _line_of(helper):
+    """The line of a one-line helper's body."""
+    return helper.__code__.co_firstlineno + 1
+
+
 @rj.recursive_model(arity=2)
 def indexed_by_name(node, p):
     if node.is_leaf:

@@ -922,10 +922,9 @@ class Interpreter(CellInterpreter):
             raise self.unsupported(f"np.{function.__name__} makes an array inside the cell: "
                                    "pass a constant array as a parameter (p.name), or build "
                                    "one with rj.zeros, rj.ones and rj.concat", node)
-        if function is np.sum:
-            raise self.unsupported("np.sum is not part of the cell language: Python's sum "
-                                   "adds up the children's states or a list's items, and a "
-                                   "vector's elements add up as np.dot(v, rj.ones(v.shape))",
+        pooling = _pooling_instead(function)
+        if pooling is not None:
+            raise self.unsupported("{} is not part of the cell language: {}".format(*pooling),
                                    node)
         if not (recursive or any(function is known for known in _CELL_FUNCTIONS)
                 or is_user_helper(function) or _is_math(function)):
@@ -1092,9 +1091,13 @@ class Interpreter(CellInterpreter):
         if keywords or len(arguments) < 2 or not all(
                 _is_number(a) or isinstance(a, VariableCount) or getattr(a, "shape", None) == ()
                 for a in arguments):
+            extreme = f"{function.__name__}imum"
+            if any(isinstance(a, PerChild) for a in arguments):
+                raise self.unsupported(f"{function.__name__} takes numbers: "
+                                       f"{_EXTREME_LOOP.format(extreme)}", node)
             raise self.unsupported(f"{function.__name__} takes two or more numbers "
                                    f"(node.num_children, a scalar parameter); of vectors, use "
-                                   f"rj.{function.__name__}imum", node)
+                                   f"rj.{extreme}", node)
         if all(_is_number(a) for a in arguments):
             return function(arguments)
         total = arguments[0]
@@ -1182,6 +1185,36 @@ _TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the
     "reshape": "a state keeps its shape; a vector's parts are slices or rj.split",
     "copy": "the cell computes new values: `acc = h + x`, not a copy updated with `+=`",
 }
+_EXTREME_LOOP = ("a {0} over the children is a loop, `best = rj.{0}(best, h)` for each "
+                 "child's state h, from a start before it (-math.inf, rj.zeros(...)); of two "
+                 "tensors, rj.{0}(a, b)")
+_POOLING_INSTEAD = {  # NumPy's ways to pool a stack of the children's states, and the cell's
+    np.sum: ("Python's sum adds up the children's states or a list's items, and a vector's "
+             "elements add up as np.dot(v, rj.ones(v.shape))"),
+    np.mean: ("the children's mean is sum(states) / len(states) (or a sum over "
+              "node.children / node.num_children), a vector's np.dot(v, rj.ones(v.shape)) / "
+              "v.shape[0]"),
+    np.max: _EXTREME_LOOP.format("maximum"), np.min: _EXTREME_LOOP.format("minimum"),
+    np.stack: ("keep the children's states a list and pool them with sum(states), "
+               "sum(states) / len(states), or a loop, `best = rj.maximum(best, h)`"),
+}
+
+
+def _pooling_instead(function):
+    """(how a cell names `function`, what to write instead) where it is one of NumPy's ways to
+    pool a stack of the children's states (`_POOLING_INSTEAD`, `np.amax`, `np.maximum.reduce`
+    and the like), else None."""
+    owner = getattr(function, "__self__", None)
+    if getattr(function, "__name__", None) == "reduce" and owner in (np.maximum, np.minimum):
+        meant = np.max if owner is np.maximum else np.min
+        return f"np.{owner.__name__}.reduce", _POOLING_INSTEAD[meant]
+    aliases = {np.amax: np.max, np.amin: np.min, np.vstack: np.stack}
+    meant = next((meant for alias, meant in aliases.items() if function is alias), function)
+    if not any(meant is known for known in _POOLING_INSTEAD):
+        return None
+    return _describe(function), _POOLING_INSTEAD[meant]
+
+
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 

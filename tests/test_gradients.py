@@ -118,30 +118,21 @@ def test_a_cell_of_the_languages_constructs_gets_the_recursions_gradients(name, 
     assert_gradients_are_differences(model, forest, make(HIDDEN, VOCAB, seed % 7), seed)
 
 
-@rj.recursive_model(arity=None)
-def pooled_any(node, p):
-    pooled = rj.zeros(p.b.shape)
+def pooled(node, p):
+    """A running maximum and a running minimum over the children, from zeros."""
+    best = rj.zeros(p.b.shape)
     for child in node.children:
-        pooled = rj.maximum(pooled, rj.relu(pooled_any(child, p)))
+        best = rj.maximum(best, rj.relu(pooled(child, p)))
     low = rj.zeros(p.b.shape)
     for child in node.children:
-        low = rj.minimum(pooled_any(child, p), low)
+        low = rj.minimum(pooled(child, p), low)
     x = p.E[node.word] if node.is_leaf else 0
-    return p.W @ (x + pooled + low) + p.b
+    return p.W @ (x + best + low) + p.b
 
 
-@rj.recursive_model(arity=3)
-def pooled_three(node, p):
-    """`pooled_any` over exactly three children: the loops unroll into chains of `maximum`
-    and `minimum` whose pullbacks send a tie's cotangent where NumPy's choice went."""
-    pooled = rj.zeros(p.b.shape)
-    for child in node.children:
-        pooled = rj.maximum(pooled, rj.relu(pooled_three(child, p)))
-    low = rj.zeros(p.b.shape)
-    for child in node.children:
-        low = rj.minimum(pooled_three(child, p), low)
-    x = p.E[node.word] if node.is_leaf else 0
-    return p.W @ (x + pooled + low) + p.b
+# Over exactly three children the loops unroll into chains of `maximum` and `minimum`, whose
+# pullbacks send a tie's cotangent where NumPy's choice went.
+pooled_any, pooled_three = (rj.recursive_model(arity=arity)(pooled) for arity in (None, 3))
 
 
 @few

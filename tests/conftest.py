@@ -295,6 +295,20 @@ def min_pooled(node, p):
     return rj.tanh(x + low + p.b)
 
 
+@rj.recursive_model(arity=None)
+def tree_convolution(node, p):
+    """Tree-based convolution (Mou et al. 2016): each child's weight mixes two matrices by
+    its place among any number of children (`enumerate(node.children)`), summed by one
+    update of two terms (the CPU and CUDA tests')."""
+    total = rj.zeros(p.b.shape)
+    for place, child in enumerate(node.children):
+        h = tree_convolution(child, p)
+        right = place / max(node.num_children - 1, 1)
+        total = total + (1 - right) * (p.W @ h) + right * (p.W.T @ h)
+    x = p.E[node.word] if node.is_leaf else 0
+    return rj.tanh(x + total + p.b)
+
+
 def vector_rnn_params(hidden, vocab_size, seed):
     """E, W and b of a small vector cell (child_mean's, and the CPU tests' that need no more)."""
     rng = np.random.default_rng(seed)

@@ -19,7 +19,7 @@ from conftest import (assert_gradients_are_differences, assert_same_result,
                       binary_forests, caterpillar, child_mean, gated_child_list,
                       max_pooled, min_pooled, nary_forests, powered_rnn, row_major_params,
                       row_major_rnn, scaled_rnn, scaled_rnn_params, scales, seeds,
-                      time_aware_rnn, transposed_mv_params, transposed_mv_rnn,
+                      time_aware_rnn, transposed_mv_params, transposed_mv_rnn, tree_convolution,
                       vector_rnn_params, with_time_steps, word_sequences)
 
 VOCAB = 50
@@ -300,6 +300,29 @@ def test_a_running_maximum_or_minimum_over_any_number_of_children_equals_referen
         model, forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(model.run(forest, p), model.reference(forest, p))
+
+
+@given(nary_forests(VOCAB, max_trees=5), seeds)
+def test_a_childs_place_among_any_number_of_children_equals_reference(forest, seed):
+    p = vector_rnn_params(4, VOCAB, seed)
+    assert_same_result(tree_convolution.run(forest, p), tree_convolution.reference(forest, p))
+
+
+@rj.recursive_model(arity=2)
+def counted_from_one(node, p):
+    """`enumerate` with a start, over a fixed number of children."""
+    if node.is_leaf:
+        return p.E[node.word]
+    total = rj.zeros(p.b.shape)
+    for place, child in enumerate(node.children, 1):
+        total = total + place * counted_from_one(child, p)
+    return rj.tanh(p.W @ total + p.b)
+
+
+def test_enumerate_from_a_start_over_a_fixed_number_of_children_equals_reference():
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), 5])
+    p = vector_rnn_params(4, VOCAB, seed=2)
+    assert_same_result(counted_from_one.run(forest, p), counted_from_one.reference(forest, p))
 
 
 @given(nary_forests(VOCAB, max_trees=5), seeds,

@@ -29,7 +29,7 @@ from conftest import assert_same_result, attentive_child_sum, attentive_params, 
     binary_forests, caterpillar, child_mean, gated_child_list, max_pooled, min_pooled, \
     nary_forests, powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn, \
     scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params, transposed_mv_rnn, \
-    vector_rnn_params, with_time_steps, word_sequences
+    tree_convolution, vector_rnn_params, with_time_steps, word_sequences
 from numba import cuda
 from numba.core import config, types as numba_types
 
@@ -814,9 +814,11 @@ def test_a_scalar_parameter_equals_reference(schedule):
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
-@pytest.mark.parametrize("model", [child_mean, gated_child_list, max_pooled, min_pooled],
+@pytest.mark.parametrize("model", [child_mean, gated_child_list, max_pooled, min_pooled,
+                                   tree_convolution],
                          ids=["the mean of node.children", "lists of the children's states",
-                              "a running maximum", "a running minimum, the child first"])
+                              "a running maximum", "a running minimum, the child first",
+                              "a child's place"])
 def test_a_cell_over_any_number_of_children_equals_reference(model, schedule):
     forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 6, (7, (1, 2, 3, 4, 5), 6)])
     p = vector_rnn_params(HIDDEN, VOCAB, seed=6)

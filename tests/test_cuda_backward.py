@@ -14,7 +14,8 @@ from recjit.codegen_cuda import buffers, device
 from recjit.lowering.backward import gradient_sums
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
 
-from conftest import cotangents, max_pooled, min_pooled, scaled_rnn, seeds, vector_rnn_params
+from conftest import (cotangents, max_pooled, min_pooled, scaled_rnn, seeds, tree_convolution,
+                      vector_rnn_params)
 from conftest import assert_same_gradients
 from test_gradients import HIDDEN, VOCAB, ZOO, fielded, fielded_params
 
@@ -54,11 +55,13 @@ def test_a_dag_models_gradients_on_the_gpu_are_the_cpus():
 
 
 @pytest.mark.parametrize("schedule", [FUSED, UNFUSED], ids=["fused", "unfused"])
-@pytest.mark.parametrize("model", [max_pooled, min_pooled],
-                         ids=["a running maximum", "a running minimum, the child first"])
-def test_a_running_maximums_gradients_on_the_gpu_are_the_cpus(model, schedule):
-    """Each element's cotangent to the one child the chain of maximums returns, found by a
-    minimum over the children inside the loop over them."""
+@pytest.mark.parametrize("model", [max_pooled, min_pooled, tree_convolution],
+                         ids=["a running maximum", "a running minimum, the child first",
+                              "a child's place"])
+def test_a_cell_over_any_number_of_children_gets_the_cpus_gradients_on_the_gpu(model,
+                                                                               schedule):
+    """A maximum's cotangent to the one child the chain of maximums returns, found by a
+    minimum over the children inside the loop over them; a child's place read per edge."""
     forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), 0, (1, (2, 3, 4, 5), 0)])
     assert_same_gradients(*gradients_on_both(model, forest,
                                              vector_rnn_params(HIDDEN, VOCAB, seed=4), 7,

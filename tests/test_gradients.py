@@ -28,7 +28,8 @@ from conftest import (assert_gradients_are_differences, assert_same_gradients,
                       cotangents, gated_child_list, max_pooled, min_pooled, nary_forests,
                       powered_rnn, random_dags, row_major_params, row_major_rnn, scaled_rnn,
                       scaled_rnn_params, seeds, time_aware_rnn, transposed_mv_params,
-                      transposed_mv_rnn, vector_rnn_params, with_time_steps, word_sequences)
+                      transposed_mv_rnn, tree_convolution, vector_rnn_params, with_time_steps,
+                      word_sequences)
 
 HIDDEN, VOCAB = 3, 6
 BINARY = binary_forests(VOCAB, max_trees=3, max_leaves=5)
@@ -106,7 +107,9 @@ CELLS = {"scalar parameter": (scaled_rnn, scaled_rnn_params, binary_forests),
          "lists of children's states": (gated_child_list, vector_rnn_params, nary_forests),
          "matrices per child": (child_sum_mv, child_sum_mv_params, nary_forests),
          "a running maximum over the children": (max_pooled, vector_rnn_params, nary_forests),
-         "a running minimum, the child first": (min_pooled, vector_rnn_params, nary_forests)}
+         "a running minimum, the child first": (min_pooled, vector_rnn_params, nary_forests),
+         "a child's place among the children": (tree_convolution, vector_rnn_params,
+                                                nary_forests)}
 
 
 @pytest.mark.parametrize("name", sorted(CELLS))

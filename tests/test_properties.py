@@ -260,14 +260,6 @@ def indexes_the_childrens_states(node, p):
     return states[0]  # <- error
 
 
-@rj.recursive_model(arity=None)
-def enumerates_a_variable_number_of_children(node, p):
-    total = rj.zeros(3)
-    for k, child in enumerate(node.children):  # <- error
-        total = total + k * enumerates_a_variable_number_of_children(child, p)
-    return total
-
-
 @rj.recursive_model(arity=2)
 def raises_to_a_fractional_power(node, p):
     if node.is_leaf:
@@ -291,7 +283,6 @@ def takes_the_max_of_two_vectors(node, p):
                                    adds_the_same_value_for_every_child,
                                    returns_inside_the_children_loop,
                                    indexes_the_childrens_states,
-                                   enumerates_a_variable_number_of_children,
                                    raises_to_a_fractional_power,
                                    takes_the_max_of_two_vectors])
 def test_an_unsupported_construct_raises_unsupported_error_at_its_line(model):

@@ -16,8 +16,6 @@ Op kinds of the adjoint only, besides the cell IR's (`frontend.cell_ir`):
   outer        ()                 vector ⊗ vector, a matrix
   pad          (start, stop)      a vector (or rows of a matrix) of zeros but start..stop
   each_child   ()                 a value of the node's, as a value per child
-  child_position ()               a child's place among its node's children (0, 1, ...), a
-                                  number per child
   sum          ()                 the sum of a value's elements, a number
   unary sign, binary picks_first / picks_first_min: the derivatives' own functions (the
   sign of a number; 1 where maximum or minimum returns its first operand, as NumPy's do at
@@ -343,4 +341,4 @@ _RULES = {"param": _Adjoint.param, "gather": _Adjoint.gather, "field": _Adjoint.
           "unary": _Adjoint.unary, "binary": _Adjoint.binary_op, "matvec": _Adjoint.matvec,
           "matmul": _Adjoint.matmul, "inner": _Adjoint.inner, "slice": _Adjoint.slice,
           "concat": _Adjoint.concat, "const": _Adjoint.nothing, "fill": _Adjoint.nothing,
-          "num_children": _Adjoint.nothing}
+          "num_children": _Adjoint.nothing, "child_position": _Adjoint.nothing}

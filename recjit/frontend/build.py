@@ -73,8 +73,8 @@ class PerChild:
 # What a cell may do with node.children, and with a value per child, when their number varies.
 VARIABLE_CHILDREN = ("the number of children is known at run time only: node.children and a "
                      "value per child are summed (`sum(...)`), mapped (`[f(c, p) for c in "
-                     "node.children]`, `zip(node.children, states)`) or looped over in a loop "
-                     "that accumulates `acc = acc + ...`, not indexed or enumerated")
+                     "node.children]`, `zip(node.children, states)`, `enumerate(...)`) or "
+                     "looped over in a loop that accumulates `acc = acc + ...`, not indexed")
 
 
 class ChildrenView:
@@ -129,7 +129,8 @@ class CaseBuilder:
             return simplified
         key = (kind, args, attrs, tuple(shape))
         if key not in self.memo:
-            per_child = (kind == "child_state" and attrs[0] == EACH) or (
+            per_child = (kind == "child_state" and attrs[0] == EACH
+                         or kind == "child_position") or (
                 kind not in OVER_CHILDREN and any(self.ops[a].per_child for a in args))
             self.memo[key] = len(self.ops)
             self.ops.append(Op(kind, args, attrs, tuple(shape), line, per_child))
@@ -475,17 +476,40 @@ class Interpreter(CellInterpreter):
         old = builder.tensor(old, self.source, loop)
         if how == "sum" and builder.is_zero(old.index):  # `0 + x` was simplified to x
             return self.sum_over_children(value, old, loop)
+        if how == "sum":
+            terms = self.terms_added_to(value.index, old.index)
+            if terms is None:
+                return None
+            term = terms[0]
+            for other in terms[1:]:
+                term = self.binary(ast.Add(), term, other, loop)
+            return self.sum_over_children(term, old, loop)
         if op.kind != "binary" or old.index not in op.args or op.args[0] == op.args[1]:
             return None
         running_first = op.args[0] == old.index
         term = op.args[1] if running_first else op.args[0]
         term = Tensor(term, builder.ops[term].shape)
-        if how == "sum" and op.attrs == ("add",):
-            return self.sum_over_children(term, old, loop)
         if how == "call" and op.attrs in (("maximum",), ("minimum",)) \
                 and old.shape in ((), term.shape):
             return self.extreme_over_children(op.attrs[0], term, old, running_first, loop)
         return None
+
+    def terms_added_to(self, value, start):
+        """The terms that `value`, a sum, adds to `start`, in order (`start + a + b`: a and b,
+        as tensors); None where `start` is not one of them exactly once."""
+        ops = self.builder.ops
+
+        def terms(index):
+            op = ops[index]
+            if index != start and op.kind == "binary" and op.attrs == ("add",):
+                return terms(op.args[0]) + terms(op.args[1])
+            return [index]
+
+        found = terms(value)
+        if found.count(start) != 1:
+            return None
+        found.remove(start)
+        return [Tensor(index, ops[index].shape) for index in found]
 
     def sum_over_children(self, term, start, node):
         """`start + Σ_children term`; the sum alone when `start` is None."""
@@ -985,8 +1009,11 @@ class Interpreter(CellInterpreter):
             each = [self.each_child(a) for a in arguments]
             if function is builtins.zip and each and all(e is not None for e in each):
                 return PerChild(tuple(each))  # zip(node.children, states)
-            return self.python_call(function, [self.sequence(a, node) for a in arguments],
-                                    keywords, node, list)
+            if function is builtins.enumerate and each and each[0] is not None:
+                return PerChild((self.child_place(arguments[1:], keywords, node), each[0]))
+            iterables = arguments if function is builtins.zip else arguments[:1]
+            return self.python_call(function, [self.sequence(a, node) for a in iterables]
+                                    + list(arguments[len(iterables):]), keywords, node, list)
         if function is builtins.len and len(arguments) == 1 and isinstance(
                 arguments[0], (ChildrenView, PerChild)):
             count = self.builder.num_children
@@ -998,6 +1025,15 @@ class Interpreter(CellInterpreter):
         if not all(_is_number(a) or isinstance(a, (tuple, list, range)) for a in arguments):
             raise self.unsupported(f"`{function.__name__}` of a tensor", node)
         return self.python_call(function, arguments, keywords, node)
+
+    def child_place(self, arguments, keywords, node):
+        """What `enumerate(node.children, start)` counts at any one child: its place among the
+        node's children, from `start` (0, or a number), a number per child."""
+        start = python_enumerate_start(arguments, keywords)
+        if not _is_number(start):
+            raise self.unsupported("enumerate's start must be a number", node)
+        place = self.builder.emit("child_position", (), (), (), self.source.lineno(node))
+        return place if start == 0 else self.binary(ast.Add(), place, start, node)
 
     def python_call(self, function, arguments, keywords, node, then=None):
         """`function(*arguments, **keywords)` (and `then` of that), or the error Python raises
@@ -1143,7 +1179,8 @@ class Interpreter(CellInterpreter):
 
 def accumulators(body):
     """{name: how}: the names that a loop body only updates, and reads nowhere else, as
-    `acc = acc + x` or `acc += x` (how: "sum"), or as a call of two arguments, one of them
+    `acc = acc + x` (or `acc + x + y`) or `acc += x` (how: "sum"), or as a call of two
+    arguments, one of them
     the name, `acc = rj.maximum(acc, x)` (how: "call"; the builder checks the function)."""
     assignments, reads, updates, read_by_updates = Counter(), Counter(), {}, Counter()
     for node in (inner for statement in body for inner in ast.walk(statement)):
@@ -1159,7 +1196,7 @@ def accumulators(body):
                 and isinstance(node.targets[0], ast.Name):
             name = node.targets[0].id
             if isinstance(node.value, ast.BinOp) and isinstance(node.value.op, ast.Add):
-                how, operands = "sum", (node.value.left, node.value.right)
+                how, operands = "sum", _summands(node.value)
             elif isinstance(node.value, ast.Call) and len(node.value.args) == 2 \
                     and not node.value.keywords:
                 how, operands = "call", node.value.args
@@ -1171,6 +1208,13 @@ def accumulators(body):
     return {name: hows[0] for name, hows in updates.items()
             if len(set(hows)) == 1 and len(hows) == assignments[name]
             and reads[name] == read_by_updates[name]}
+
+
+def _summands(expression):
+    """The operands of a chain of `+` (`acc + a + b`: acc, a and b)."""
+    if isinstance(expression, ast.BinOp) and isinstance(expression.op, ast.Add):
+        return _summands(expression.left) + _summands(expression.right)
+    return [expression]
 
 
 _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops.zeros,
@@ -1217,6 +1261,13 @@ def _pooling_instead(function):
 
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
+
+
+def python_enumerate_start(arguments, keywords):
+    """The `start` of a call `enumerate(iterable, *arguments, **keywords)`."""
+    if len(arguments) > 1 or set(keywords) - {"start"} or (arguments and keywords):
+        return None
+    return arguments[0] if arguments else keywords.get("start", 0)
 
 
 def _names(target):

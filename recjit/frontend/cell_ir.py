@@ -11,6 +11,8 @@ parameters and fields. Op kinds and their `attrs`:
                                     NumPy's `maximum` taken child by child from -inf; `ties`
                                     "earliest" (the running value is `maximum`'s first operand,
                                     which wins a tie) or "latest"; `child_min` the same from inf
+  child_position ()                 a child's place among its node's children (0, 1, ...), a
+                                    number per child: what `enumerate(node.children)` counts
   gather       (table, field)       row `table[node.field]` of a parameter table
   field        (name,)              the node's own vector field
   const        (value,)             a scalar; `fill` (value,) the same broadcast to `shape`

@@ -478,7 +478,7 @@ class Interpreter(CellInterpreter):
             return self.sum_over_children(value, old, loop)
         if how == "sum":
             terms = self.terms_added_to(value.index, old.index)
-            if terms is None:
+            if not terms:
                 return None
             term = terms[0]
             for other in terms[1:]:
@@ -495,21 +495,18 @@ class Interpreter(CellInterpreter):
         return None
 
     def terms_added_to(self, value, start):
-        """The terms that `value`, a sum, adds to `start`, in order (`start + a + b`: a and b,
-        as tensors); None where `start` is not one of them exactly once."""
+        """The terms that `value`, a sum, adds to `start`, as tensors: the other operands of
+        the additions on the way down to it (`start + a + b`: a and b; `start + (a + b)`:
+        `a + b` as it is); None where `start` is not one of its terms."""
         ops = self.builder.ops
-
-        def terms(index):
-            op = ops[index]
-            if index != start and op.kind == "binary" and op.attrs == ("add",):
-                return terms(op.args[0]) + terms(op.args[1])
-            return [index]
-
-        found = terms(value)
-        if found.count(start) != 1:
-            return None
-        found.remove(start)
-        return [Tensor(index, ops[index].shape) for index in found]
+        op = ops[value]
+        if value == start or op.kind != "binary" or op.attrs != ("add",):
+            return [] if value == start else None
+        for side, other in ((0, op.args[1]), (1, op.args[0])):
+            inner = self.terms_added_to(op.args[side], start)
+            if inner is not None:
+                return inner + [Tensor(other, ops[other].shape)]
+        return None
 
     def sum_over_children(self, term, start, node):
         """`start + Σ_children term`; the sum alone when `start` is None."""

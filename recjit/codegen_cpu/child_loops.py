@@ -53,12 +53,13 @@ def children_after(loop):
     if not edges or any(isinstance(statement, Loop) and index not in edges
                         for index, statement in enumerate(body)):
         return (loop,)
-    totals, reductions = {}, {}  # the sums (maxima, minima) over children, by name: the
-    for index in edges:          # index of the edge loop that computes each, and how
+    reductions = {}  # the sums (maxima, minima) over children: {name: `ChildReduction`}
+    totals = {}  # {name: the index of the edge loop that computes it}
+    for index in edges:
         reduction = reduction_started_before(body, index)
         if reduction is not None:
-            totals[reduction.total] = index
             reductions[reduction.total] = reduction
+            totals[reduction.total] = index
     starts = {index - 1 for index in totals.values()}
     own, after, reading = [], [], set(totals)
     for index, statement in enumerate(body):

@@ -14,9 +14,9 @@ of its own, walked child by child with the element loop innermost:
 
 Each element adds the same terms in the same order as before. A maximum or minimum over the
 children (`lower.REDUCTIONS`) goes into a row the same way (`maxima_v9`, `minima_v9`), from
-its own start and by its own step. Inside a `prange`, numba
-hoists a fixed-size `np.empty` to one allocation per thread. (The child-sum models gained a
-third of their time: benchmarks/README.md, "Measurements behind the code".)
+its own start and by its own step. Inside a `prange`, numba hoists a fixed-size `np.empty` to
+one allocation per thread. (The child-sum models gained a third of their time:
+benchmarks/README.md, "Measurements behind the code".)
 
 A child's own numbers (a score, `np.dot(p.a, h_k)`) go before the row's element loop, once a
 child; and a dot loop, the inner product of a sum over children, takes its sum from a row the

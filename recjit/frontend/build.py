@@ -1026,7 +1026,7 @@ class Interpreter(CellInterpreter):
     def child_place(self, arguments, keywords, node):
         """What `enumerate(node.children, start)` counts at any one child: its place among the
         node's children, from `start` (0, or a number), a number per child."""
-        start = python_enumerate_start(arguments, keywords)
+        start = _enumerate_start(arguments, keywords)
         if not _is_number(start):
             raise self.unsupported("enumerate's start must be a number", node)
         place = self.builder.emit("child_position", (), (), (), self.source.lineno(node))
@@ -1177,8 +1177,8 @@ class Interpreter(CellInterpreter):
 def accumulators(body):
     """{name: how}: the names that a loop body only updates, and reads nowhere else, as
     `acc = acc + x` (or `acc + x + y`) or `acc += x` (how: "sum"), or as a call of two
-    arguments, one of them
-    the name, `acc = rj.maximum(acc, x)` (how: "call"; the builder checks the function)."""
+    arguments, one of them the name, `acc = rj.maximum(acc, x)` (how: "call"; the builder
+    checks the function)."""
     assignments, reads, updates, read_by_updates = Counter(), Counter(), {}, Counter()
     for node in (inner for statement in body for inner in ast.walk(statement)):
         if isinstance(node, ast.Name):
@@ -1260,7 +1260,7 @@ _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 
 
-def python_enumerate_start(arguments, keywords):
+def _enumerate_start(arguments, keywords):
     """The `start` of a call `enumerate(iterable, *arguments, **keywords)`."""
     if len(arguments) > 1 or set(keywords) - {"start"} or (arguments and keywords):
         return None

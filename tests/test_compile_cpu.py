@@ -293,19 +293,13 @@ def test_lists_of_the_childrens_states_with_any_number_of_children_equal_referen
     assert_same_result(gated_child_list.run(forest, p), gated_child_list.reference(forest, p))
 
 
-@pytest.mark.parametrize("model", [max_pooled, min_pooled],
-                         ids=["the running value first", "the child first"])
+@pytest.mark.parametrize("model", [max_pooled, min_pooled, tree_convolution],
+                         ids=["a running maximum", "a running minimum, the child first",
+                              "a child's place"])
 @given(nary_forests(VOCAB, max_trees=5), seeds)
-def test_a_running_maximum_or_minimum_over_any_number_of_children_equals_reference(
-        model, forest, seed):
+def test_pooling_and_places_over_any_number_of_children_equal_reference(model, forest, seed):
     p = vector_rnn_params(4, VOCAB, seed)
     assert_same_result(model.run(forest, p), model.reference(forest, p))
-
-
-@given(nary_forests(VOCAB, max_trees=5), seeds)
-def test_a_childs_place_among_any_number_of_children_equals_reference(forest, seed):
-    p = vector_rnn_params(4, VOCAB, seed)
-    assert_same_result(tree_convolution.run(forest, p), tree_convolution.reference(forest, p))
 
 
 @rj.recursive_model(arity=2)

@@ -356,15 +356,35 @@ def test_a_running_product_over_any_number_of_children_is_refused_saying_what_ac
         return p.E[node.word] if node.is_leaf else rj.tanh(product)
 
     update = product_pooled.function.__code__.co_firstlineno + 4  # from the decorator's line
-    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:\d+: `product`, changed "
-                                                  rf"per child at line {update} other than by "
-                                                  r"a sum or a running maximum or minimum "
-                                                  r"\(only `product = product \+ x`, "
-                                                  r"`product \+= x` and `product = "
-                                                  r"rj.maximum\(product, x\)` or `rj.minimum` "
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:{update + 1}: `product`, "
+                                                  rf"changed per child at line {update} other "
+                                                  r"than by a sum or a running maximum or "
+                                                  r"minimum \(only `product = product \+ x`, "
+                                                  r"`product \+= x`, `product = "
+                                                  r"rj.maximum\(product, x\)` and `rj.minimum` "
                                                   r"accumulate over any number of children, "
                                                   r"not a product\)"):
         product_pooled.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_value_updated_twice_a_child_is_refused_at_its_return_naming_both_updates():
+    @rj.recursive_model(arity=None)
+    def pooled_twice(node, p):
+        best = rj.zeros(p.E.shape[1:])
+        for child in node.children:
+            h = pooled_twice(child, p)
+            best = rj.maximum(best, h)
+            best = rj.maximum(best, -h)
+        if node.is_leaf:
+            return p.E[node.word]
+        return best
+
+    first = pooled_twice.function.__code__.co_firstlineno + 5  # from the decorator's line
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:{first + 4}: `best`, changed "
+                                                  rf"per child at lines {first} and {first + 1} "
+                                                  r"\(a value accumulates over any number of "
+                                                  r"children by one update a child"):
+        pooled_twice.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
 def test_a_running_maximum_over_a_fixed_number_of_children_equals_the_reference():

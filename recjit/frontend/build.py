@@ -51,9 +51,9 @@ class VariableCount:
 
 class ChildLocal:
     """A name bound inside a loop over a variable number of children to a per-child value:
-    it has no single value after the loop. `updated_at`: the line where the loop changes a
-    value it had before other than by a sum or a running maximum or minimum (a product, say),
-    else None."""
+    it has no single value after the loop. `updated_at`: the lines where the loop changes a
+    value it had before other than by one sum or running maximum or minimum a child (a
+    product, say, or two updates), else None."""
 
     def __init__(self, name, updated_at=None):
         self.name = name
@@ -103,8 +103,9 @@ class NodeField:
 
 
 class _Return(Exception):
-    def __init__(self, value):
+    def __init__(self, value, node):
         self.value = value
+        self.node = node  # the `return` statement
 
 
 class CaseBuilder:
@@ -216,11 +217,16 @@ class CaseBuilder:
 
     # running the function --------------------------------------------------------------
     def call(self, source, env, depth=0):
+        return self.run(source, env, depth).value
+
+    def run(self, source, env, depth=0):
+        """The `_Return` of running `source` (the cell, or a helper it calls) in `env`: the
+        value returned, and the statement that returned it."""
         interpreter = Interpreter(self, source, depth)
         try:
             interpreter.run_body(source.tree.body, env)
         except _Return as returned:
-            return returned.value
+            return returned
         raise UnsupportedError(f"the cell function returns nothing for a "
                                f"{self.case_name} node", filename=source.filename,
                                lineno=source.lineno(source.tree))
@@ -250,8 +256,8 @@ class Interpreter(CellInterpreter):
         return ShapeError(message, **self.source.where(node))
 
     # statements ------------------------------------------------------------------------
-    def returned(self, value):
-        raise _Return(value)
+    def returned(self, value, node):
+        raise _Return(value, node)
 
     def statement(self, node, env):
         self.owned -= self.escaping_in(node, env)
@@ -450,19 +456,19 @@ class Interpreter(CellInterpreter):
                 total = (self.accumulated(old, value, updated[name], loop)
                          if name in updated else None)
                 env[name] = total if total is not None else ChildLocal(
-                    name, None if old is None else self.assigned_at(loop, name))
+                    name, None if old is None else self.assignment_lines(loop, name))
             elif isinstance(value, Tensor) and name in before:
                 raise self.unsupported(f"`{name}` changes in the loop over node.children by "
                                        "a value that is the same for every child", loop)
         self.run_body(loop.orelse, env)
 
-    def assigned_at(self, loop, name):
-        """The line of the last assignment to `name` in `loop`'s body."""
-        lines = [self.source.lineno(node) for node in ast.walk(loop)
+    def assignment_lines(self, loop, name):
+        """The lines of the assignments to `name` in `loop`'s body, in order."""
+        lines = {self.source.lineno(node) for node in ast.walk(loop)
                  if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
                  and any(name in _names(target) for target in
-                         (node.targets if isinstance(node, ast.Assign) else [node.target]))]
-        return max(lines, default=self.source.lineno(loop))
+                         (node.targets if isinstance(node, ast.Assign) else [node.target]))}
+        return tuple(sorted(lines)) or (self.source.lineno(loop),)
 
     def accumulated(self, old, value, how, loop):
         """What a name updated in the loop (`accumulators`) holds after it: `old +
@@ -1305,10 +1311,16 @@ def _describe(value):
     if isinstance(value, ChildrenView):
         return "node.children"
     if isinstance(value, ChildLocal) and value.updated_at is not None:
-        return (f"`{value.name}`, changed per child at line {value.updated_at} other than by "
-                f"a sum or a running maximum or minimum (only `{value.name} = {value.name} + "
-                f"x`, `{value.name} += x` and `{value.name} = rj.maximum({value.name}, x)` "
-                "or `rj.minimum` accumulate over any number of children, not a product),")
+        name, lines = value.name, value.updated_at
+        updates = f"`{name} = {name} + x`, `{name} += x`, `{name} = rj.maximum({name}, x)`"
+        if len(lines) > 1:
+            return (f"`{name}`, changed per child at lines "
+                    f"{', '.join(map(str, lines[:-1]))} and {lines[-1]} (a value accumulates "
+                    f"over any number of children by one update a child, {updates} or "
+                    "`rj.minimum`, with x computed before it),")
+        return (f"`{name}`, changed per child at line {lines[0]} other than by a sum or a "
+                f"running maximum or minimum (only {updates} and `rj.minimum` accumulate over "
+                "any number of children, not a product),")
     if isinstance(value, ChildLocal):
         return (f"`{value.name}`, a value computed per child inside a loop over "
                 "node.children (it has no single value after the loop)")
@@ -1343,7 +1355,8 @@ def build_cell_ir(model, source, params, field_specs, arity):
                                 for name in arguments[2:])
         env = {arguments[0]: NodeView(), arguments[1]: ParamsView(),
                **{c.name: c for c in builder.context}}
-        returned = builder.call(source, env)
+        ran = builder.run(source, env)
+        returned = ran.value
         is_tuple = isinstance(returned, tuple)
         values = returned if is_tuple else (returned,)
         where = {"filename": source.filename, "lineno": source.lineno(source.tree)}
@@ -1351,8 +1364,9 @@ def build_cell_ir(model, source, params, field_specs, arity):
         for value in values:
             if isinstance(value, (tuple, list)) or value is None:
                 raise UnsupportedError("a cell returns a tensor or a flat tuple of tensors, "
-                                       f"not {_returned(returned, value)}", **where)
-            tensors.append(builder.tensor(value, source, source.tree))
+                                       f"not {_returned(returned, value)}",
+                                       **source.where(ran.node))
+            tensors.append(builder.tensor(value, source, ran.node))
         shapes = tuple(t.shape for t in tensors)
         if any(0 in shape for shape in shapes):
             raise ShapeError(f"the {builder.case_name} case returns states of shapes {shapes}; "

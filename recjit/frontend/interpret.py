@@ -60,7 +60,8 @@ class CellInterpreter:
             self.bind(node.target, self.expr(node.value, env), env)
 
     def stmt_Return(self, node, env):
-        return self.returned(self.expr(node.value, env) if node.value is not None else None)
+        return self.returned(self.expr(node.value, env) if node.value is not None else None,
+                             node)
 
     def stmt_Expr(self, node, env):
         if not isinstance(node.value, ast.Constant):  # a docstring

@@ -75,7 +75,7 @@ class PropertyChecker(CellInterpreter):
     def join(self, first, second):
         return first.join(second)
 
-    def returned(self, value):
+    def returned(self, value, node):
         return NOTHING if value is None else value
 
     def other_statement(self, node, env):

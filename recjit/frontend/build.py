@@ -527,7 +527,7 @@ class Interpreter(CellInterpreter):
         value is the first operand, the start and then the earlier children win a tie
         (`earliest`), else the later children and then the start (`latest`)."""
         line = self.source.lineno(loop)
-        extreme = self.builder.emit(f"child_{function[:3]}", (term.index,),
+        extreme = self.builder.emit(_OVER_CHILDREN_BY[function], (term.index,),
                                     ("earliest" if running_first else "latest",),
                                     term.shape, line)
         operands = (start, extreme) if running_first else (extreme, start)
@@ -1225,10 +1225,12 @@ _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
                    builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
                    builtins.max, builtins.min)
+_ELEMENTS_SUM = "a vector's elements add up as np.dot(v, rj.ones(v.shape))"
+_ELEMENTS_MEAN = "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]"
 _TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the cell lacks
     "dot": "write `a @ b` (or np.dot(a, b))",
-    "sum": "a vector's elements add up as np.dot(v, rj.ones(v.shape))",
-    "mean": "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]",
+    "sum": _ELEMENTS_SUM,
+    "mean": _ELEMENTS_MEAN,
     "reshape": "a state keeps its shape; a vector's parts are slices or rj.split",
     "copy": "the cell computes new values: `acc = h + x`, not a copy updated with `+=`",
 }
@@ -1236,11 +1238,10 @@ _EXTREME_LOOP = ("a {0} over the children is a loop, `best = rj.{0}(best, h)` fo
                  "child's state h, from a start before it (-math.inf, rj.zeros(...)); of two "
                  "tensors, rj.{0}(a, b)")
 _POOLING_INSTEAD = {  # NumPy's ways to pool a stack of the children's states, and the cell's
-    np.sum: ("Python's sum adds up the children's states or a list's items, and a vector's "
-             "elements add up as np.dot(v, rj.ones(v.shape))"),
+    np.sum: ("Python's sum adds up the children's states or a list's items, and "
+             + _ELEMENTS_SUM),
     np.mean: ("the children's mean is sum(states) / len(states) (or a sum over "
-              "node.children / node.num_children), a vector's np.dot(v, rj.ones(v.shape)) / "
-              "v.shape[0]"),
+              "node.children / node.num_children), and " + _ELEMENTS_MEAN),
     np.max: _EXTREME_LOOP.format("maximum"), np.min: _EXTREME_LOOP.format("minimum"),
     np.stack: ("keep the children's states a list and pool them with sum(states), "
                "sum(states) / len(states), or a loop, `best = rj.maximum(best, h)`"),
@@ -1262,6 +1263,7 @@ def _pooling_instead(function):
     return _describe(function), _POOLING_INSTEAD[meant]
 
 
+_OVER_CHILDREN_BY = {"maximum": "child_max", "minimum": "child_min"}  # a running update's op
 _OPERATOR_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
                      ast.MatMult: "@"}
 

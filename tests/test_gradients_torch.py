@@ -18,7 +18,7 @@ from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
 from conftest import (binary_forests, max_pooled, nary_forests, random_dags, seeds,
-                      vector_rnn_params, word_sequences)
+                      tree_convolution, vector_rnn_params, word_sequences)
 
 torch = pytest.importorskip("torch")
 HIDDEN, VOCAB = 3, 6
@@ -119,7 +119,18 @@ def torch_max_pooled(p, node, children):
     return torch.tanh(x + p.W @ pooled + p.b)
 
 
-def max_pooled_params(hidden, vocab_size, dtype, seed):
+def torch_tree_convolution(p, node, children):
+    """conftest.tree_convolution: each child's two products mixed by its place."""
+    total = zeros()
+    for place, h in enumerate(children):
+        right = place / max(len(children) - 1, 1)
+        total = total + (1 - right) * (p.W @ h) + right * (p.W.T @ h)
+    x = p.E[node.word] if not children else 0
+    return torch.tanh(x + total + p.b)
+
+
+def vector_cell_params(hidden, vocab_size, dtype, seed):
+    """conftest's E, W and b (float64), called as the zoo's parameter makers are."""
     return vector_rnn_params(hidden, vocab_size, seed)
 
 
@@ -165,7 +176,9 @@ MODELS = {"tree_fc": (tree_fc, torch_tree_fc, tree_fc_params, binary_forests),
           "mv_rnn": (mv_rnn, torch_mv_rnn, mv_rnn_params, binary_forests),
           "lstm": (lstm, torch_lstm, lstm_params, word_sequences),
           "gru": (gru, torch_gru, gru_params, word_sequences),
-          "max_pooled": (max_pooled, torch_max_pooled, max_pooled_params, nary_forests)}
+          "max_pooled": (max_pooled, torch_max_pooled, vector_cell_params, nary_forests),
+          "tree_convolution": (tree_convolution, torch_tree_convolution, vector_cell_params,
+                               nary_forests)}
 
 
 def assert_torch_agrees(model, torch_cell, forest, p, seed):

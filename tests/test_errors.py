@@ -441,6 +441,20 @@ def test_a_range_over_any_number_of_children_is_refused_saying_to_loop_over_them
         indexed.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
+def test_the_children_reversed_are_refused_saying_how_to_count_from_the_end():
+    @rj.recursive_model(arity=None)
+    def backwards(node, p):
+        total = rj.zeros(p.E.shape[1:])
+        for child in reversed(node.children):
+            total = total + backwards(child, p)
+        return p.E[node.word] if node.is_leaf else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"`reversed` of node\.children: .*"
+                                                  r"`node\.num_children - 1 - place` its place "
+                                                  r"from the end"):
+        backwards.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
 def test_a_matrix_times_a_vector_with_a_star_says_the_product_is_at():
     @rj.recursive_model(arity=2)
     def starred(node, p):

@@ -74,7 +74,8 @@ class PerChild:
 VARIABLE_CHILDREN = ("the number of children is known at run time only: node.children and a "
                      "value per child are summed (`sum(...)`), mapped (`[f(c, p) for c in "
                      "node.children]`, `zip(node.children, states)`, `enumerate(...)`) or "
-                     "looped over in a loop that accumulates `acc = acc + ...`, not indexed")
+                     "looped over in a loop that accumulates (`acc = acc + ...`, `acc = "
+                     "rj.maximum(acc, ...)`), not indexed")
 
 
 class ChildrenView:

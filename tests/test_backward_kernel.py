@@ -2,6 +2,7 @@
 `test_gradients.py` checks against the adjoint NumPy evaluates, in the process that compiled
 them): per-tree gradients, DAGs' shared children, and the kernel as `explain` and
 `kernel_source` show it."""
+import itertools
 import re
 
 import numba
@@ -23,7 +24,8 @@ from recjit.lowering.arguments import leaf_groups
 from recjit.lowering.backward import gradient_sums
 from recjit.lowering import ilir
 
-from conftest import assert_same_gradients, random_dags, seeds
+from conftest import assert_same_gradients, attentive_child_sum, attentive_params, \
+    random_dags, seeds
 from test_gradients import HIDDEN, VOCAB, pullback_and_cotangents
 
 few = settings(max_examples=3)
@@ -371,6 +373,27 @@ def test_the_merged_edge_loop_computes_each_value_once():
     for loop in loops:
         values = [let.value for let in loop.body if isinstance(let, ilir.Let)]
         assert len(values) == len(set(values))
+
+
+def test_a_sum_over_the_children_inside_a_childs_term_is_summed_into_a_row_first():
+    """Attention's backward sums the children's weighted states again inside each child's
+    term: that inner sum, too, goes into a row child by child, each child's score computed
+    once a child rather than once an element."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
+    source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1),
+                                               grad=True)
+    lines = source.splitlines()
+    inner_sums = [i for i, line in enumerate(lines) if line.strip().startswith("for edge_1 ")]
+    assert inner_sums
+    for i in inner_sums:
+        assert any(line.strip().startswith("sums_v") for line in block_after(lines, i))
+
+
+def block_after(lines, i):
+    """The lines of the block that line `i` opens."""
+    def indent(line):
+        return len(line) - len(line.lstrip())
+    return itertools.takewhile(lambda line: indent(line) > indent(lines[i]), lines[i + 1:])
 
 
 def test_a_value_loaded_from_an_array_the_edge_loop_stores_is_loaded_again():

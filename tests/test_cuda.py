@@ -3,6 +3,7 @@ simulator without a GPU), equals the naive recursion within 1e-5 relative (float
 fused schedule is one launch per run; parameters and results can stay on the device."""
 import io
 import os
+import re
 import subprocess
 import sys
 
@@ -644,6 +645,15 @@ def test_explain_prints_the_planned_ilir_that_the_cuda_emitter_prints():
     source = tree_fc.kernel_source("cuda")
     assert "range_share(256, count, ranges)" in source
     assert "cuda.syncthreads()  # barrier: the elementwise ops read the products" in source
+
+
+def test_explain_marks_each_loop_over_the_children_that_reduces_them():
+    """The lowering says which loop over a node's edges is a reduction, and into which
+    value; the CPU's rows of sums and maxima are planned from that mark."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5)])
+    text = max_pooled.explain(forest, vector_rnn_params(4, 10, 0), backend="cuda")
+    assert re.search(r"for edge in \[child_ptr\[node\], child_ptr\[\(node \+ 1\)\]\) "
+                     r"\(reducing the children into v\d+\):\n +child = child_idx\[edge\]", text)
 
 
 def test_by_default_products_read_their_inputs_directly_and_are_right():

@@ -116,7 +116,7 @@ def children_after(loop):
         each_child += inner
     first = body[edges[0]]
     merged = _each_value_once(restored(each_child) + each_child)
-    split.append(replace(first, body=(first.body[0], element_loop(merged))))
+    split.append(replace(first, body=(first.body[0], element_loop(merged)), reduces=None))
     if after:
         split.append(element_loop(restored(after)
                                   + [Let(total, row) for total, row in rows.items()]

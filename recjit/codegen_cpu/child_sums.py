@@ -176,23 +176,21 @@ class ChildReduction:
 
 
 def reduction_started_before(statements, index):
-    """The `ChildReduction` that `statements[index]` computes over the node's children (the
-    lowering's `over_children` loop, its total set to its start just before), else None."""
+    """The `ChildReduction` that `statements[index]` computes over the node's children: a
+    loop that the lowering marks as reducing them (`Loop.reduces`), its running value bound
+    to the start just before; else None."""
     loop = statements[index]
-    if not (isinstance(loop, Loop) and loop.var == "edge" and index > 0 and loop.body):
+    if not (isinstance(loop, Loop) and loop.reduces is not None and index > 0):
         return None
     start, accumulate = statements[index - 1], loop.body[-1]
-    if not (isinstance(start, Let) and isinstance(start.value, Const)
-            and isinstance(accumulate, Let) and accumulate.name == start.name
-            and isinstance(loop.body[0], Let) and loop.body[0].name == "child"):
+    if not (isinstance(start, Let) and start.name == loop.reduces
+            and isinstance(start.value, Const)):
         return None
-    total = Var(start.name)
+    total = Var(loop.reduces)
     term = _term_of(accumulate.value, total)
     if term is None or total in nodes(term, Var):
         return None
-    if any(isinstance(inner, Let) and inner.name == start.name for inner in loop.body[:-1]):
-        return None
-    return ChildReduction(start.name, start.value, accumulate.value, term)
+    return ChildReduction(loop.reduces, start.value, accumulate.value, term)
 
 
 def _term_of(step, total):

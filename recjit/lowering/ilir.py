@@ -92,6 +92,10 @@ class Loop:
     thread; the GPU to a block, whose threads share each step's element loops and products and
     synchronize between steps.
 
+    A loop over a node's edges that reduces its children's terms (a sum, a maximum or a
+    minimum over them) names the running value in `reduces`: bound to the reduction's start
+    just before the loop, set by the loop's last statement from itself and the child's term.
+
     Written by the CUDA plan (`codegen_cuda.plan.planned_kernel`), for a parallel loop:
     `units`, the hidden units whose elements the blocks split (each block its own); `ranged`,
     the blocks split the batch's nodes in ranges too (`RangeShare`)."""
@@ -105,6 +109,7 @@ class Loop:
     columns: int = 0
     units: int = None
     ranged: bool = False
+    reduces: str = None
 
     @property
     def parallel(self):

@@ -182,7 +182,7 @@ class ElementEmitter:
         total = self.fresh(f"v{value}")
         start, step = REDUCTIONS[(op.kind, *op.attrs)]
         self.statements += [Let(total, Const(start)), over_children(
-            term_emitter.statements + [Let(total, step(Var(total), term))])]
+            term_emitter.statements + [Let(total, step(Var(total), term))], reduces=total)]
         return Var(total)
 
     def dot(self, value, op, index, position):
@@ -279,15 +279,16 @@ ADJOINT_KINDS = {"cotangent": _cotangent, "each_child": _each_child, "transpose"
                  "outer": _outer, "pad": _pad, "sum": _sum}
 
 
-def over_children(body):
-    """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child. A loop
+def over_children(body, reduces=None):
+    """`for edge in child_ptr[node]..child_ptr[node+1]`, with `child` the edge's child,
+    reducing the children into `reduces` where it names a reduction's running value. A loop
     over the edges inside `body` (a sum over the children of a value read per child, as a
     backward pass's cotangent is) takes the names a level deeper, `edge_1` and `child_1`, so
     that it leaves this loop's as they were."""
     node = Var("node")
     return Loop("edge", Load("child_ptr", (node,)), Load("child_ptr", (add(node, 1),)),
                 (Let("child", Load("child_idx", (Var("edge"),))),) + _edge_loops_deeper(body),
-                LoopRole.EDGES)
+                LoopRole.EDGES, reduces=reduces)
 
 
 def _edge_loops_deeper(body):

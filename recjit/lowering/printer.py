@@ -40,8 +40,10 @@ class IlirPrinter(StatementVisitor):
                  else " (each block its range of nodes and its units)" if statement.ranged
                  else f" (each block its own of {statement.units} units)" if statement.units
                  else "")
+        reduces = f" (reducing the children into {statement.reduces})" if statement.reduces \
+            else ""
         self.line(depth, f"{kind} {statement.var} in [{expression(statement.start)}, "
-                         f"{expression(statement.stop)}){step}{order}:")
+                         f"{expression(statement.stop)}){step}{order}{reduces}:")
         self.visit_all(statement.body, depth + 1)
 
     def visit_Let(self, statement, depth):

@@ -14,6 +14,7 @@ import recjit as rj
 from dag_rnn import dag_rnn, make_params as dag_rnn_params
 from mv_rnn import make_params as mv_rnn_params, mv_rnn
 from tree_lstm import child_sum_tree_lstm, make_params as tree_lstm_params, tree_lstm
+from tree_attention import make_params as tree_attention_params, tree_attention
 from tree_gru import make_params as tree_gru_params, tree_gru
 from tree_rnn import make_params as tree_rnn_params, tree_rnn
 
@@ -394,6 +395,32 @@ def block_after(lines, i):
     def indent(line):
         return len(line) - len(line.lstrip())
     return itertools.takewhile(lambda line: indent(line) > indent(lines[i]), lines[i + 1:])
+
+
+def test_the_backward_computes_each_childs_score_once_a_child():
+    """Attention's backward sends each child a part that reads the child's score, an inner
+    product with its state: the score is computed once a child, before the loop over the
+    elements that sends the part, not inside it."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
+    source = tree_attention.kernel_source("cpu", forest, tree_attention_params(5, VOCAB),
+                                          grad=True)
+    lines = source.splitlines()
+    scores = [i for i, line in enumerate(lines) if line.strip().startswith("for k2 ")]
+    assert scores
+    for i in scores:  # the elements of a state are the loops of 5 around it
+        assert not any(line.endswith(" in range(5):") for line in enclosing(lines, i))
+
+
+def enclosing(lines, i):
+    """The lines that open the blocks around line `i`, innermost first."""
+    def indent(line):
+        return len(line) - len(line.lstrip())
+    depth, opened = indent(lines[i]), []
+    for line in reversed(lines[:i]):
+        if line.strip() and indent(line) < depth:
+            opened.append(line.strip())
+            depth = indent(line)
+    return opened
 
 
 def test_a_value_loaded_from_an_array_the_edge_loop_stores_is_loaded_again():

@@ -12,9 +12,10 @@ loop an outer loop, which LLVM's vectorizer does not take, and each edge loop co
 child's gate again. Here the element loop is split in three: first the node's own values, each
 one that an edge loop reads stored in a row of its own (`vals_v34`); then the edge loops as
 one, walked child by child with the element loop innermost, a value that several of them
-computed (a child's gate) computed once (`_each_value_once`); then, in a loop of their own,
-the node's values that read a sum over the children, which the edge loop summed into rows
-(`sums_total`):
+computed (a child's gate) computed once (`_each_value_once`), and a child's own numbers (its
+score, an inner product with its state) once a child, before the element loop; then, in a
+loop of their own, the node's values that read a sum over the children, which the edge loop
+summed into rows (`sums_total`):
 
     for k: v34 = ...; vals_v34[k] = v34; ...
     sums_total[k] = 0 for every k
@@ -31,7 +32,7 @@ from dataclasses import replace
 
 from ..lowering.ilir import (Alloc, Const, Let, Load, Loop, LoopRole, Store, Var, add,
                             nodes, substitute)
-from .child_sums import reduction_started_before, rewritten_loops
+from .child_sums import once_a_child, reduction_started_before, rewritten_loops
 
 
 def plan_children_after(kernel):
@@ -75,8 +76,8 @@ def children_after(loop):
     if any((edge_loop.start, edge_loop.stop) != (edge_loops[0].start, edge_loops[0].stop)
            for edge_loop in edge_loops) or not _order_free(own, edge_loops, after):
         return (loop,)
-    names = [let.name for index in edges for let in nodes(body[index].body[1:], Let)]
-    if len(names) != len(set(names)):
+    names = [{let.name for let in nodes(body[index].body[1:], Let)} for index in edges]
+    if sum(map(len, names)) != len(set().union(*names)):
         return (loop,)  # the edge loops become one: each binds names of its own
     bound_own = {statement.name for statement in own if isinstance(statement, Let)}
     bound_edges = {let.name for edge_loop in edge_loops for let in nodes(edge_loop.body, Let)}
@@ -115,8 +116,9 @@ def children_after(loop):
                               reductions[total].step_from(rows[total]))
         each_child += inner
     first = body[edges[0]]
-    merged = _each_value_once(restored(each_child) + each_child)
-    split.append(replace(first, body=(first.body[0], element_loop(merged)), reduces=None))
+    once, each = once_a_child(tuple(_each_value_once(restored(each_child) + each_child)),
+                              loop.var, ())
+    split.append(replace(first, body=(first.body[0], *once, element_loop(each)), reduces=None))
     if after:
         split.append(element_loop(restored(after)
                                   + [Let(total, row) for total, row in rows.items()]
@@ -130,8 +132,8 @@ def _each_value_once(statements):
     dropped, and its name read as the earlier one's. Each edge loop had computed a child's
     gate for itself; LLVM merged them, but the printed kernel showed it four times. Only an
     expression that loads no array the statements store is the same wherever it stands; and
-    where a name is bound twice, nothing is merged."""
-    bound = [statement.name for statement in statements if isinstance(statement, Let)]
+    where a name is bound twice (an inner product's sum, in its loop), nothing is merged."""
+    bound = [let.name for let in nodes(tuple(statements), Let)]
     if len(bound) != len(set(bound)):
         return statements
     stored = {store.array for store in nodes(tuple(statements), Store)}
@@ -149,11 +151,13 @@ def _each_value_once(statements):
 
 
 def _is_edge_loop(statement):
-    """A loop over the node's edges whose body begins by naming the edge's child."""
+    """A loop over the node's edges whose body begins by naming the edge's child, and holds
+    no loop but a child's inner products (a score, `np.dot(p.a, h_k)`)."""
     return (isinstance(statement, Loop) and statement.role is LoopRole.EDGES
             and statement.var == "edge" and statement.body
             and statement.body[0] == Let("child", Load("child_idx", (Var("edge"),)))
-            and not any(isinstance(inner, Loop) for inner in statement.body))
+            and all(inner.role is LoopRole.DOT and all(isinstance(s, Let) for s in inner.body)
+                    for inner in statement.body if isinstance(inner, Loop)))
 
 
 def _order_free(own, edge_loops, after):

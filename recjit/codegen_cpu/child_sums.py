@@ -94,7 +94,7 @@ def sums_first(loop):
             total, row = reduction.total, Load(reduction.row, (position,))
             summed.add(total)
             copied.update(let.name for let in recomputed)
-            once, each = _once_a_child(tuple(terms[1:]), loop.var, recomputed)
+            once, each = once_a_child(tuple(terms[1:]), loop.var, recomputed)
             first += [Alloc(row.array, (size,)),
                       _element_loop(loop, (Store(row.array, row.index, reduction.start),)),
                       Loop(statement.var, statement.start, statement.stop, (
@@ -113,12 +113,15 @@ def sums_first(loop):
     return tuple(first) + (replace(loop, body=tuple(body)),)
 
 
-def _once_a_child(statements, element, recomputed):
+def once_a_child(statements, element, recomputed):
     """(statements that read no element, in order; the rest): a child's own number, as an
     inner product with its state, goes before the element loop, computed once a child, not
     once an element. A statement stays in the loop where it reads the element, a name the
-    loop's statements bind (`recomputed` too), or binds one they bind."""
-    inside = set()
+    loop's statements bind (`recomputed` too), or an array they store, or binds one they
+    bind."""
+    stored = {store.array for store in nodes(statements, Store)}
+    inside = {i for i, statement in enumerate(statements)
+              if any(load.array in stored for load in nodes(statement, Load))}
     while True:
         bound_inside = {let.name for let in recomputed}
         bound_inside |= {let.name for i in inside for let in nodes(statements[i], Let)}

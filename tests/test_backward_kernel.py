@@ -352,6 +352,25 @@ def test_an_element_loop_is_split_where_each_part_reads_what_it_read_before():
     assert edge_loops_holding_element_loops(split)
 
 
+def test_a_childs_inner_product_goes_before_the_element_loop_once_a_child():
+    score = ilir.Loop("j", ilir.Const(0), ilir.Const(4), (ilir.Let("s", ilir.BinOp(
+        "+", ilir.Var("s"), ilir.Load("h", (CHILD, ilir.Var("j"))))),), ilir.LoopRole.DOT)
+    loop = element_loop(edge_loop(
+        ilir.Let("s", ilir.Const(0.0)), score,
+        ilir.Store("cot", (CHILD, K), ilir.BinOp("*", ilir.Var("s"), ilir.Load("g", (K,))))))
+    (edges,) = edge_loops_holding_element_loops(children_after(loop))
+    assert edges.body[1:3] == (ilir.Let("s", ilir.Const(0.0)), score)
+    assert edges.body[3].element
+
+
+def test_an_edge_loop_whose_inner_loop_stores_into_a_row_it_did_not_allocate_stays_whole():
+    """Storing once a child what the element loop stored once an element could change what
+    an element reads."""
+    loop = element_loop(edge_loop(ilir.Loop("j", ilir.Const(0), ilir.Const(4), (ilir.Store(
+        "cot", (CHILD, ilir.Var("j")), ilir.Const(1.0)),), ilir.LoopRole.ELEMENTS)))
+    assert children_after(loop) == (loop,)
+
+
 def test_an_element_loop_is_left_whole_where_an_edge_loop_reads_what_the_node_writes():
     loop = element_loop(
         ilir.Store("x", (NODE, K), ilir.Const(1.0)),
@@ -388,6 +407,19 @@ def test_a_sum_over_the_children_inside_a_childs_term_is_summed_into_a_row_first
     assert inner_sums
     for i in inner_sums:
         assert any(line.strip().startswith("sums_v") for line in block_after(lines, i))
+
+
+def test_a_sum_over_the_children_inside_a_childs_term_is_computed_once_a_child():
+    """That inner sum is the same for every element the child is sent: it is computed before
+    the loop over them, not in it."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
+    source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1),
+                                               grad=True)
+    lines = source.splitlines()
+    inner_sums = [i for i, line in enumerate(lines) if line.strip().startswith("for edge_1 ")]
+    assert inner_sums
+    for i in inner_sums:  # the elements of a state are the loops of 5 around it
+        assert not any(line.endswith(" in range(5):") for line in enclosing(lines, i))
 
 
 def block_after(lines, i):

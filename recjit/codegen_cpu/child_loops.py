@@ -13,7 +13,8 @@ child's gate again. Here the element loop is split in three: first the node's ow
 one that an edge loop reads stored in a row of its own (`vals_v34`); then the edge loops as
 one, walked child by child with the element loop innermost, a value that several of them
 computed (a child's gate) computed once (`_each_value_once`), and a child's own numbers (its
-score, an inner product with its state) once a child, before the element loop; then, in a
+score, an inner product with its state; a sum over the children that its term reads, in a
+row of its own) once a child, before the element loop; then, in a
 loop of their own, the node's values that read a sum over the children, which the edge loop
 summed into rows (`sums_total`):
 
@@ -76,7 +77,8 @@ def children_after(loop):
     if any((edge_loop.start, edge_loop.stop) != (edge_loops[0].start, edge_loops[0].stop)
            for edge_loop in edge_loops) or not _order_free(own, edge_loops, after):
         return (loop,)
-    names = [{let.name for let in nodes(body[index].body[1:], Let)} for index in edges]
+    names = [{bound.name for bound in nodes(body[index].body[1:], (Let, Alloc))}
+             for index in edges]
     if sum(map(len, names)) != len(set().union(*names)):
         return (loop,)  # the edge loops become one: each binds names of its own
     bound_own = {statement.name for statement in own if isinstance(statement, Let)}
@@ -151,13 +153,16 @@ def _each_value_once(statements):
 
 
 def _is_edge_loop(statement):
-    """A loop over the node's edges whose body begins by naming the edge's child, and holds
-    no loop but a child's inner products (a score, `np.dot(p.a, h_k)`)."""
-    return (isinstance(statement, Loop) and statement.role is LoopRole.EDGES
+    """A loop over the node's edges whose body begins by naming the edge's child, and whose
+    inner loops store only into rows it allocates itself: a child's inner products (a score,
+    `np.dot(p.a, h_k)`), a sum over the children inside a child's term."""
+    if not (isinstance(statement, Loop) and statement.role is LoopRole.EDGES
             and statement.var == "edge" and statement.body
-            and statement.body[0] == Let("child", Load("child_idx", (Var("edge"),)))
-            and all(inner.role is LoopRole.DOT and all(isinstance(s, Let) for s in inner.body)
-                    for inner in statement.body if isinstance(inner, Loop)))
+            and statement.body[0] == Let("child", Load("child_idx", (Var("edge"),)))):
+        return False
+    own_rows = {alloc.name for alloc in statement.body if isinstance(alloc, Alloc)}
+    return all(store.array in own_rows for inner in statement.body if isinstance(inner, Loop)
+               for store in nodes(inner, Store))
 
 
 def _order_free(own, edge_loops, after):

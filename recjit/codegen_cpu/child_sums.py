@@ -116,20 +116,26 @@ def sums_first(loop):
 def once_a_child(statements, element, recomputed):
     """(statements that read no element, in order; the rest): a child's own number, as an
     inner product with its state, goes before the element loop, computed once a child, not
-    once an element. A statement stays in the loop where it reads the element, a name the
-    loop's statements bind (`recomputed` too), or an array they store, or binds one they
-    bind."""
-    stored = {store.array for store in nodes(statements, Store)}
-    inside = {i for i, statement in enumerate(statements)
-              if any(load.array in stored for load in nodes(statement, Load))}
+    once an element. A statement stays in the loop where it reads the element or a name the
+    loop's statements bind (`recomputed` too), binds a name they bind or one that one of them
+    before it reads, loads an array they store, or stores one they load or store; a row it
+    alone stores and reads (a sum over the children inside a child's term) goes with it."""
+    reads = [{var.name for var in nodes(statement, Var)} for statement in statements]
+    inside = set()
     while True:
         bound_inside = {let.name for let in recomputed}
         bound_inside |= {let.name for i in inside for let in nodes(statements[i], Let)}
         bound_inside |= {loop.var for i in inside for loop in nodes(statements[i], Loop)}
+        stored_inside = {store.array for i in inside for store in nodes(statements[i], Store)}
+        used_inside = stored_inside | {load.array for i in inside
+                                       for load in nodes(statements[i], Load)}
         more = {i for i, statement in enumerate(statements) if i not in inside and (
             isinstance(statement, Store)
-            or any(var.name in bound_inside | {element} for var in nodes(statement, Var))
-            or any(let.name in bound_inside for let in nodes(statement, Let)))}
+            or reads[i] & (bound_inside | {element})
+            or any(let.name in bound_inside or any(let.name in reads[j] for j in inside if j < i)
+                   for let in nodes(statement, Let))
+            or any(load.array in stored_inside for load in nodes(statement, Load))
+            or any(store.array in used_inside for store in nodes(statement, Store)))}
         if not more:
             break
         inside |= more

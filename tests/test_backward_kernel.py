@@ -399,12 +399,8 @@ def test_a_sum_over_the_children_inside_a_childs_term_is_summed_into_a_row_first
     """Attention's backward sums the children's weighted states again inside each child's
     term: that inner sum, too, goes into a row child by child, each child's score computed
     once a child rather than once an element."""
-    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
-    source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1),
-                                               grad=True)
-    lines = source.splitlines()
-    inner_sums = [i for i, line in enumerate(lines) if line.strip().startswith("for edge_1 ")]
-    assert inner_sums
+    lines, inner_sums = backward_lines(attentive_child_sum, attentive_params(5, VOCAB, 1),
+                                       "for edge_1 ")
     for i in inner_sums:
         assert any(line.strip().startswith("sums_v") for line in block_after(lines, i))
 
@@ -412,41 +408,42 @@ def test_a_sum_over_the_children_inside_a_childs_term_is_summed_into_a_row_first
 def test_a_sum_over_the_children_inside_a_childs_term_is_computed_once_a_child():
     """That inner sum is the same for every element the child is sent: it is computed before
     the loop over them, not in it."""
-    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
-    source = attentive_child_sum.kernel_source("cpu", forest, attentive_params(5, VOCAB, 1),
-                                               grad=True)
-    lines = source.splitlines()
-    inner_sums = [i for i, line in enumerate(lines) if line.strip().startswith("for edge_1 ")]
-    assert inner_sums
+    lines, inner_sums = backward_lines(attentive_child_sum, attentive_params(5, VOCAB, 1),
+                                       "for edge_1 ")
     for i in inner_sums:  # the elements of a state are the loops of 5 around it
         assert not any(line.endswith(" in range(5):") for line in enclosing(lines, i))
-
-
-def block_after(lines, i):
-    """The lines of the block that line `i` opens."""
-    def indent(line):
-        return len(line) - len(line.lstrip())
-    return itertools.takewhile(lambda line: indent(line) > indent(lines[i]), lines[i + 1:])
 
 
 def test_the_backward_computes_each_childs_score_once_a_child():
     """Attention's backward sends each child a part that reads the child's score, an inner
     product with its state: the score is computed once a child, before the loop over the
     elements that sends the part, not inside it."""
-    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
-    source = tree_attention.kernel_source("cpu", forest, tree_attention_params(5, VOCAB),
-                                          grad=True)
-    lines = source.splitlines()
-    scores = [i for i, line in enumerate(lines) if line.strip().startswith("for k2 ")]
-    assert scores
+    lines, scores = backward_lines(tree_attention, tree_attention_params(5, VOCAB), "for k2 ")
     for i in scores:  # the elements of a state are the loops of 5 around it
         assert not any(line.endswith(" in range(5):") for line in enclosing(lines, i))
 
 
+def backward_lines(model, p, opening):
+    """The lines of `model`'s CPU backward kernel (hidden size 5) for a forest of two and
+    three children a node, and the places of those that begin with `opening` (some)."""
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5)), (6, 7)])
+    lines = model.kernel_source("cpu", forest, p, grad=True).splitlines()
+    places = [i for i, line in enumerate(lines) if line.strip().startswith(opening)]
+    assert places
+    return lines, places
+
+
+def indent(line):
+    return len(line) - len(line.lstrip())
+
+
+def block_after(lines, i):
+    """The lines of the block that line `i` opens."""
+    return itertools.takewhile(lambda line: indent(line) > indent(lines[i]), lines[i + 1:])
+
+
 def enclosing(lines, i):
     """The lines that open the blocks around line `i`, innermost first."""
-    def indent(line):
-        return len(line) - len(line.lstrip())
     depth, opened = indent(lines[i]), []
     for line in reversed(lines[:i]):
         if line.strip() and indent(line) < depth:

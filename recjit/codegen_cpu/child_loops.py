@@ -14,9 +14,9 @@ one that an edge loop reads stored in a row of its own (`vals_v34`); then the ed
 one, walked child by child with the element loop innermost, a value that several of them
 computed (a child's gate) computed once (`_each_value_once`), and a child's own numbers (its
 score, an inner product with its state; a sum over the children that its term reads, in a
-row of its own) once a child, before the element loop; then, in a
-loop of their own, the node's values that read a sum over the children, which the edge loop
-summed into rows (`sums_total`):
+row of its own) once a child, before the element loop; then, in a loop of their own, the
+node's values that read a sum over the children, which the edge loop summed into rows
+(`sums_total`):
 
     for k: v34 = ...; vals_v34[k] = v34; ...
     sums_total[k] = 0 for every k

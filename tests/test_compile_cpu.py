@@ -319,6 +319,25 @@ def test_enumerate_from_a_start_over_a_fixed_number_of_children_equals_reference
     assert_same_result(counted_from_one.run(forest, p), counted_from_one.reference(forest, p))
 
 
+@rj.recursive_model(arity=3)
+def weighted_from_the_end(node, p):
+    """`reversed` of a fixed number of children, and of their states."""
+    if node.is_leaf:
+        return p.E[node.word]
+    states = [weighted_from_the_end(child, p) for child in reversed(node.children)]
+    total = rj.zeros(p.b.shape)
+    for place, h in enumerate(reversed(states), 1):
+        total = total + place * rj.tanh(p.W @ h) + h
+    return rj.tanh(total + p.b)
+
+
+def test_the_children_reversed_with_a_fixed_arity_equal_reference():
+    forest = rj.Forest.from_nested([((1, 2, 3), (4, 5, 6), 7), (0, 2, 4)])
+    p = vector_rnn_params(4, VOCAB, seed=3)
+    assert_same_result(weighted_from_the_end.run(forest, p),
+                       weighted_from_the_end.reference(forest, p))
+
+
 @given(nary_forests(VOCAB, max_trees=5), seeds,
        st.sampled_from([rj.Schedule(), rj.Schedule(unroll=2)]))
 def test_inner_products_weighting_any_number_of_children_equal_reference(forest, seed, schedule):

@@ -441,7 +441,7 @@ def test_a_range_over_any_number_of_children_is_refused_saying_to_loop_over_them
         indexed.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
-def test_the_children_reversed_are_refused_saying_how_to_count_from_the_end():
+def test_any_number_of_children_reversed_are_refused_saying_how_to_count_from_the_end():
     @rj.recursive_model(arity=None)
     def backwards(node, p):
         total = rj.zeros(p.E.shape[1:])
@@ -449,10 +449,23 @@ def test_the_children_reversed_are_refused_saying_how_to_count_from_the_end():
             total = total + backwards(child, p)
         return p.E[node.word] if node.is_leaf else total
 
-    with pytest.raises(rj.UnsupportedError, match=r"`reversed` of node\.children: .*"
-                                                  r"`node\.num_children - 1 - place` its place "
-                                                  r"from the end"):
+    with pytest.raises(rj.UnsupportedError, match=r"`reversed` of the children with arity=None"
+                                                  r": .*`node\.num_children - 1 - place` its "
+                                                  r"place from the end"):
         backwards.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_the_children_sorted_are_refused_saying_they_come_in_the_forests_order():
+    @rj.recursive_model(arity=None)
+    def by_word(node, p):
+        total = rj.zeros(p.E.shape[1:])
+        for child in sorted(node.children, key=lambda child: child.word):
+            total = total + by_word(child, p)
+        return p.E[node.word] if node.is_leaf else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"`sorted` of node\.children: the children "
+                                                  r"are taken in the forest's order"):
+        by_word.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
 def test_a_matrix_times_a_vector_with_a_star_says_the_product_is_at():

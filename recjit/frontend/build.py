@@ -986,7 +986,7 @@ class Interpreter(CellInterpreter):
         if function in (builtins.max, builtins.min):
             return self.max_or_min(function, arguments, keywords, node)
         if function in (builtins.zip, builtins.enumerate, builtins.range, builtins.len,
-                        builtins.tuple, builtins.list):
+                        builtins.tuple, builtins.list, builtins.reversed):
             return self.sequence_call(function, arguments, keywords, node)
         if _is_math(function):
             return self.math_call(function, arguments, keywords, node)
@@ -1007,8 +1007,17 @@ class Interpreter(CellInterpreter):
                                f"{instead}", node)
 
     def sequence_call(self, function, arguments, keywords, node):
-        """zip, enumerate, range, len, tuple or list: of the children or values per child, of
-        sequences known now, or of numbers; what Python itself refuses is refused here too."""
+        """zip, enumerate, range, len, tuple, list or reversed: of the children or values per
+        child, of sequences known now, or of numbers; what Python itself refuses is refused
+        here too."""
+        if function is builtins.reversed and len(arguments) == 1 and not keywords:
+            if isinstance(arguments[0], (ChildrenView, PerChild)) and \
+                    self.builder.variable_arity:
+                raise self.unsupported(
+                    "`reversed` of the children with arity=None: their number is known at "
+                    "run time only; `enumerate(node.children)` gives each child's place, and "
+                    "`node.num_children - 1 - place` its place from the end", node)
+            return self.sequence(arguments[0], node)[::-1]
         if function in (builtins.zip, builtins.enumerate):
             each = [self.each_child(a) for a in arguments]
             if function is builtins.zip and each and all(e is not None for e in each):
@@ -1225,7 +1234,7 @@ _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops
                          ops.ones, builtins.sum)
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
                    builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
-                   builtins.max, builtins.min)
+                   builtins.reversed, builtins.max, builtins.min)
 _ELEMENTS_SUM = "a vector's elements add up as np.dot(v, rj.ones(v.shape))"
 _ELEMENTS_MEAN = "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]"
 _TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the cell lacks

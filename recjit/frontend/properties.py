@@ -276,14 +276,15 @@ class PropertyChecker(CellInterpreter):
         return arguments, {k.arg: self.expr(k.value, env) for k in node.keywords}
 
     def library_call(self, function, arguments, keywords, node, env):
-        if function in (builtins.reversed, builtins.sorted) and any(
-                argument.role == "children" for argument in arguments):
+        if function is builtins.sorted and any(argument.role == "children"
+                                               for argument in arguments):
             raise UnsupportedError(
-                f"`{function.__name__}` of node.children: the children are taken in their "
-                "order; `node.children[::-1]` reverses a fixed number of them, and with "
-                "arity=None `enumerate(node.children)` gives each child's place, "
-                "`node.num_children - 1 - place` its place from the end",
+                "`sorted` of node.children: the children are taken in the forest's order; "
+                "`enumerate(node.children)` gives each child's place",
                 **self.source.where(node))
+        if function is builtins.reversed and len(arguments) == 1 and arguments[0].role in (
+                "children", "sequence"):  # the same values, the other way round
+            return replace(arguments[0], parts=arguments[0].parts[::-1])
         if function is builtins.len and arguments and arguments[0].role == "sequence":
             return Abstract(frozenset({STRUCTURE}))  # how many values, not what they hold
         if function in (builtins.zip, builtins.enumerate) and all(

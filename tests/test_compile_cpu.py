@@ -338,6 +338,39 @@ def test_the_children_reversed_with_a_fixed_arity_equal_reference():
                        weighted_from_the_end.reference(forest, p))
 
 
+@rj.recursive_model(arity=2)
+def listed_children(node, p):
+    """`list(node.children)` indexed, as Python code copies a list before reading it."""
+    if node.is_leaf:
+        return p.E[node.word]
+    children = list(node.children)
+    return rj.tanh(p.W @ listed_children(children[0], p) + listed_children(children[1], p))
+
+
+@rj.recursive_model(arity=None)
+def listed_any_children(node, p):
+    """A loop over `tuple(node.children)`, and a sum of `list(states)`."""
+    states = [listed_any_children(child, p) for child in tuple(node.children)]
+    total = rj.zeros(p.b.shape)
+    for child in list(node.children):
+        total = total + rj.tanh(p.W @ listed_any_children(child, p))
+    x = p.E[node.word] if node.is_leaf else 0
+    return rj.tanh(x + total + sum(list(states), rj.zeros(p.b.shape)) + p.b)
+
+
+def test_the_children_as_a_list_with_a_fixed_arity_are_indexed_as_the_children():
+    forest = rj.Forest.from_nested([((1, 2), (3, 4)), (5, 6)])
+    p = vector_rnn_params(4, VOCAB, seed=4)
+    assert_same_result(listed_children.run(forest, p), listed_children.reference(forest, p))
+
+
+def test_any_number_of_children_as_a_list_or_tuple_are_looped_over_as_the_children():
+    forest = rj.Forest.from_nested([((1, 2, 3), (4,), 5), (6, 7)])
+    p = vector_rnn_params(4, VOCAB, seed=5)
+    assert_same_result(listed_any_children.run(forest, p),
+                       listed_any_children.reference(forest, p))
+
+
 @given(nary_forests(VOCAB, max_trees=5), seeds,
        st.sampled_from([rj.Schedule(), rj.Schedule(unroll=2)]))
 def test_inner_products_weighting_any_number_of_children_equal_reference(forest, seed, schedule):

@@ -1018,6 +1018,11 @@ class Interpreter(CellInterpreter):
                     "run time only; `enumerate(node.children)` gives each child's place, and "
                     "`node.num_children - 1 - place` its place from the end", node)
             return self.sequence(arguments[0], node)[::-1]
+        if function in (builtins.list, builtins.tuple) and len(arguments) == 1 and \
+                isinstance(arguments[0], (ChildrenView, PerChild)):
+            if self.builder.variable_arity:  # looped over, summed or mapped as they are
+                return arguments[0]
+            return function(self.sequence(arguments[0], node))
         if function in (builtins.zip, builtins.enumerate):
             each = [self.each_child(a) for a in arguments]
             if function is builtins.zip and each and all(e is not None for e in each):

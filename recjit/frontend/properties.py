@@ -285,6 +285,9 @@ class PropertyChecker(CellInterpreter):
         if function is builtins.reversed and len(arguments) == 1 and arguments[0].role in (
                 "children", "sequence"):  # the same values, the other way round
             return replace(arguments[0], parts=arguments[0].parts[::-1])
+        if function in (builtins.list, builtins.tuple) and len(arguments) == 1 and \
+                arguments[0].role in ("children", "sequence"):  # the same values
+            return arguments[0]
         if function is builtins.len and arguments and arguments[0].role == "sequence":
             return Abstract(frozenset({STRUCTURE}))  # how many values, not what they hold
         if function in (builtins.zip, builtins.enumerate) and all(

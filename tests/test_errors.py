@@ -468,6 +468,48 @@ def test_the_children_sorted_are_refused_saying_they_come_in_the_forests_order()
         by_word.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
+def test_map_over_the_children_is_refused_saying_to_write_a_list_comprehension():
+    @rj.recursive_model(arity=2)
+    def mapped(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        return sum(map(lambda child: mapped(child, p), node.children))
+
+    with pytest.raises(rj.UnsupportedError, match=r"map is not part of the cell language: a "
+                                                  r"list comprehension is \(`\[f\(child, p\) "
+                                                  r"for child in node\.children\]`\)"):
+        mapped.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_lambda_is_refused_at_its_line_saying_a_helper_is_a_def():
+    @rj.recursive_model(arity=2)
+    def halved(node, p):
+        if node.is_leaf:
+            return p.E[node.word]
+        half = lambda h: h * 0.5  # noqa: E731
+        return half(halved(node.left, p)) + halved(node.right, p)
+
+    line = halved.function.__code__.co_firstlineno + 4
+    with pytest.raises(rj.UnsupportedError, match=rf"test_errors.py:{line}: a lambda is not "
+                                                  r"part of the cell language: a helper is a "
+                                                  r"`def`"):
+        halved.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
+def test_a_list_of_values_per_child_sliced_with_any_arity_is_refused_at_its_line():
+    @rj.recursive_model(arity=None)
+    def adjacent(node, p):
+        states = [adjacent(child, p) for child in node.children]
+        total = rj.zeros(p.E.shape[1:])
+        for left, right in zip(states, states[1:]):
+            total = total + left * right
+        return p.E[node.word] if node.is_leaf else total
+
+    with pytest.raises(rj.UnsupportedError, match=r"a list of values per child is sliced: with "
+                                                  r"arity=None"):
+        adjacent.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
+
+
 def test_a_matrix_times_a_vector_with_a_star_says_the_product_is_at():
     @rj.recursive_model(arity=2)
     def starred(node, p):

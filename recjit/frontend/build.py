@@ -716,6 +716,9 @@ class Interpreter(CellInterpreter):
         return container[key]
 
     def slice(self, base, node, env):
+        if isinstance(base, PerChild):
+            raise self.unsupported(f"a list of values per child is sliced: with arity=None, "
+                                   f"{VARIABLE_CHILDREN}", node)
         if isinstance(base, (ChildrenView, tuple, list)):
             bounds = [None if b is None else self.expr(b, env)
                       for b in (node.slice.lower, node.slice.upper, node.slice.step)]
@@ -888,6 +891,11 @@ class Interpreter(CellInterpreter):
     def expr_IfExp(self, node, env):
         return self.expr(node.body if self.concrete_bool(node.test, env) else node.orelse, env)
 
+    def expr_Lambda(self, node, env):
+        raise self.unsupported("a lambda is not part of the cell language: a helper is a "
+                               "`def` (inlined), and `map(f, node.children)` is "
+                               "`[f(child) for child in node.children]`", node)
+
     def expr_GeneratorExp(self, node, env):
         generator = node.generators[0]
         each = self.each_child(self.expr(generator.iter, env))
@@ -950,6 +958,10 @@ class Interpreter(CellInterpreter):
             raise self.unsupported(f"np.{function.__name__} makes an array inside the cell: "
                                    "pass a constant array as a parameter (p.name), or build "
                                    "one with rj.zeros, rj.ones and rj.concat", node)
+        if function in (builtins.map, builtins.filter):
+            raise self.unsupported(f"{function.__name__} is not part of the cell language: "
+                                   "a list comprehension is (`[f(child, p) for child in "
+                                   "node.children]`)", node)
         pooling = _pooling_instead(function)
         if pooling is not None:
             raise self.unsupported("{} is not part of the cell language: {}".format(*pooling),

@@ -160,6 +160,10 @@ class PropertyChecker(CellInterpreter):
                 value = value.join(self.expr(child, env))
         return Abstract(value.deps | self.computed_if_data(value))
 
+    def expr_Lambda(self, node, env):
+        """Its body is not the cell's: the build refuses a lambda at its line."""
+        return NOTHING
+
     def expr_Constant(self, node, env):
         return NOTHING
 

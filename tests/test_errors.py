@@ -473,7 +473,7 @@ def test_map_over_the_children_is_refused_saying_to_write_a_list_comprehension()
     def mapped(node, p):
         if node.is_leaf:
             return p.E[node.word]
-        return sum(map(lambda child: mapped(child, p), node.children))
+        return sum(map(lambda child: mapped(child, p), node.children))  # noqa: C417
 
     with pytest.raises(rj.UnsupportedError, match=r"map is not part of the cell language: a "
                                                   r"list comprehension is \(`\[f\(child, p\) "
@@ -501,7 +501,7 @@ def test_a_list_of_values_per_child_sliced_with_any_arity_is_refused_at_its_line
     def adjacent(node, p):
         states = [adjacent(child, p) for child in node.children]
         total = rj.zeros(p.E.shape[1:])
-        for left, right in zip(states, states[1:]):
+        for left, right in zip(states, states[1:]):  # noqa: RUF007
             total = total + left * right
         return p.E[node.word] if node.is_leaf else total
 

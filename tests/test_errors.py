@@ -468,6 +468,18 @@ def test_the_children_sorted_are_refused_saying_they_come_in_the_forests_order()
         by_word.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 
+def test_the_children_compared_with_an_empty_list_say_how_a_leaf_is_told():
+    @rj.recursive_model(arity=None)
+    def compared(node, p):
+        if node.children == []:
+            return p.E[node.word]
+        return sum(compared(child, p) for child in node.children)
+
+    with pytest.raises(rj.UnsupportedError, match=r"node\.children is compared: a leaf is "
+                                                  r"`node\.is_leaf` \(or `not node\.children`\)"):
+        compared.run(rj.Forest.from_nested([(1, 2)]), rj.Params(E=np.ones((3, 2))))
+
+
 def test_map_over_the_children_is_refused_saying_to_write_a_list_comprehension():
     @rj.recursive_model(arity=2)
     def mapped(node, p):

@@ -877,6 +877,10 @@ class Interpreter(CellInterpreter):
                                        "node to node, and a cell compares it with 0 only (a "
                                        "leaf or not); cases by the number of children need "
                                        "a fixed arity", node)
+            if isinstance(left, ChildrenView) or isinstance(right, ChildrenView):
+                raise self.unsupported("node.children is compared: a leaf is `node.is_leaf` "
+                                       "(or `not node.children`), and the number of children "
+                                       "is `node.num_children`", node)
             if not (_is_number(left) and _is_number(right)) or type(operator) not in COMPARISONS:
                 raise self.unsupported("only the node's structure (numbers known at compile "
                                        "time) can be compared", node)

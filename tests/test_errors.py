@@ -463,8 +463,9 @@ def test_the_children_sorted_are_refused_saying_they_come_in_the_forests_order()
             total = total + by_word(child, p)
         return p.E[node.word] if node.is_leaf else total
 
-    with pytest.raises(rj.UnsupportedError, match=r"`sorted` of node\.children: the children "
-                                                  r"are taken in the forest's order"):
+    with pytest.raises(rj.UnsupportedError, match=r"sorted is not part of the cell language: "
+                                                  r"the children are taken in the forest's "
+                                                  r"order"):
         by_word.run(rj.Forest.from_nested([(1, 2, 0)]), rj.Params(E=np.ones((3, 2))))
 
 

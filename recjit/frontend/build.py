@@ -962,6 +962,10 @@ class Interpreter(CellInterpreter):
             raise self.unsupported(f"np.{function.__name__} makes an array inside the cell: "
                                    "pass a constant array as a parameter (p.name), or build "
                                    "one with rj.zeros, rj.ones and rj.concat", node)
+        if function is builtins.sorted:
+            raise self.unsupported("sorted is not part of the cell language: the children are "
+                                   "taken in the forest's order, and `enumerate(node.children)` "
+                                   "gives each child's place", node)
         if function in (builtins.map, builtins.filter):
             raise self.unsupported(f"{function.__name__} is not part of the cell language: "
                                    "a list comprehension is (`[f(child, p) for child in "

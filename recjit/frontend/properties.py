@@ -280,16 +280,10 @@ class PropertyChecker(CellInterpreter):
         return arguments, {k.arg: self.expr(k.value, env) for k in node.keywords}
 
     def library_call(self, function, arguments, keywords, node, env):
-        if function is builtins.sorted and any(argument.role == "children"
-                                               for argument in arguments):
-            raise UnsupportedError(
-                "`sorted` of node.children: the children are taken in the forest's order; "
-                "`enumerate(node.children)` gives each child's place",
-                **self.source.where(node))
         if function is builtins.reversed and len(arguments) == 1 and arguments[0].role in (
                 "children", "sequence"):  # the same values, the other way round
             return replace(arguments[0], parts=arguments[0].parts[::-1])
-        if function in (builtins.list, builtins.tuple) and len(arguments) == 1 and \
+        if function in (builtins.list, builtins.tuple, builtins.sorted) and arguments and \
                 arguments[0].role in ("children", "sequence"):  # the same values
             return arguments[0]
         if function is builtins.len and arguments and arguments[0].role == "sequence":

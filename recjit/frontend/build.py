@@ -949,27 +949,9 @@ class Interpreter(CellInterpreter):
                                    "from a cell is not part of the cell language: a cell "
                                    "recurses into itself only; run the other model first and "
                                    "pass its states in as a field (node.x)", node)
-        if function is np.zeros or function is np.ones:
-            raise self.unsupported(f"np.{function.__name__} makes float64 arrays, which would "
-                                   "make a float32 plain recursion float64: use "
-                                   f"rj.{function.__name__}(shape), which takes the "
-                                   "parameters' dtype", node)
-        if function is builtins.print:
-            raise self.unsupported("print runs in model.reference(forest, p), the plain "
-                                   "recursion, but is not part of the compiled cell language: "
-                                   "remove it before run", node)
-        if function in (np.array, np.asarray):
-            raise self.unsupported(f"np.{function.__name__} makes an array inside the cell: "
-                                   "pass a constant array as a parameter (p.name), or build "
-                                   "one with rj.zeros, rj.ones and rj.concat", node)
-        if function is builtins.sorted:
-            raise self.unsupported("sorted is not part of the cell language: the children are "
-                                   "taken in the forest's order, and `enumerate(node.children)` "
-                                   "gives each child's place", node)
-        if function in (builtins.map, builtins.filter):
-            raise self.unsupported(f"{function.__name__} is not part of the cell language: "
-                                   "a list comprehension is (`[f(child, p) for child in "
-                                   "node.children]`)", node)
+        for refused, why in _REFUSED_CALLS:
+            if any(function is one for one in refused):
+                raise self.unsupported(why.format(name=function.__name__), node)
         pooling = _pooling_instead(function)
         if pooling is not None:
             raise self.unsupported("{} is not part of the cell language: {}".format(*pooling),
@@ -1260,6 +1242,23 @@ _ALLOCATING_FUNCTIONS = (*ops.UNARY, *ops.BINARY, *ops.PRODUCTS, ops.concat, ops
 _CELL_FUNCTIONS = (*_ALLOCATING_FUNCTIONS, ops.split, builtins.range, builtins.len,
                    builtins.tuple, builtins.list, builtins.zip, builtins.enumerate,
                    builtins.reversed, builtins.max, builtins.min)
+_REFUSED_CALLS = (  # what a cell might call that the language refuses, and what to write
+    ((np.zeros, np.ones),
+     ("np.{name} makes float64 arrays, which would make a float32 plain recursion float64: "
+      "use rj.{name}(shape), which takes the parameters' dtype")),
+    ((builtins.print,),
+     ("print runs in model.reference(forest, p), the plain recursion, but is not part of "
+      "the compiled cell language: remove it before run")),
+    ((np.array, np.asarray),
+     ("np.{name} makes an array inside the cell: pass a constant array as a parameter "
+      "(p.name), or build one with rj.zeros, rj.ones and rj.concat")),
+    ((builtins.sorted,),
+     ("sorted is not part of the cell language: the children are taken in the forest's "
+      "order, and `enumerate(node.children)` gives each child's place")),
+    ((builtins.map, builtins.filter),
+     ("{name} is not part of the cell language: a list comprehension is (`[f(child, p) for "
+      "child in node.children]`)")),
+)
 _ELEMENTS_SUM = "a vector's elements add up as np.dot(v, rj.ones(v.shape))"
 _ELEMENTS_MEAN = "a vector's mean is np.dot(v, rj.ones(v.shape)) / v.shape[0]"
 _TENSOR_METHODS_INSTEAD = {  # what a NumPy habit writes instead of a method the cell lacks

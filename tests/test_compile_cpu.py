@@ -321,13 +321,16 @@ def test_enumerate_from_a_start_over_a_fixed_number_of_children_equals_reference
 
 @rj.recursive_model(arity=3)
 def weighted_from_the_end(node, p):
-    """`reversed` of a fixed number of children, and of their states."""
+    """`reversed` of a fixed number of children, and of their states: each weighted by its
+    place, so that either reversal left out changes the states."""
     if node.is_leaf:
         return p.E[node.word]
     states = [weighted_from_the_end(child, p) for child in reversed(node.children)]
     total = rj.zeros(p.b.shape)
+    for place, h in enumerate(states, 1):
+        total = total + place * rj.tanh(p.W @ h)
     for place, h in enumerate(reversed(states), 1):
-        total = total + place * rj.tanh(p.W @ h) + h
+        total = total + place * place * h
     return rj.tanh(total + p.b)
 
 
